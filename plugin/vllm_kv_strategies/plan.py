@@ -1,0 +1,123 @@
+"""Planning: which strategy builds each layer's cache, checked before allocating.
+
+A :class:`KVCachePlan` is derived from a vLLM ``KVCacheConfig`` alone: every
+layer's own spec (never a substring of its name, never only the group's merged
+spec), the strategy the registry resolves for it, the parts of its page and the
+``KVCacheTensor`` that serves it. Building the plan validates the config, so
+nothing is allocated for a config that cannot be laid out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import compat
+from .errors import KVCacheLayoutError
+from .registry import StrategyRegistry, default_registry
+from .strategies import KVCacheStrategy, ModelDims, PagePart
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """How one layer's cache is built.
+
+    Attributes:
+        name: the layer name, e.g. ``model.layers.3.self_attn.attn``.
+        group_id: index of its KV cache group.
+        spec: the layer's own KV cache spec.
+        strategy: the strategy the registry resolved for ``spec``.
+        parts: ``strategy.page_parts(spec)``; their bytes add up to the page.
+        tensor_id: index of the ``KVCacheTensor`` that serves it.
+    """
+
+    name: str
+    group_id: int
+    spec: Any
+    strategy: KVCacheStrategy
+    parts: tuple[PagePart, ...]
+    tensor_id: int
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes per block without padding (sum of the parts)."""
+        return sum(p.nbytes for p in self.parts)
+
+    @property
+    def padded_page_bytes(self) -> int:
+        """Bytes per block the config reserves (``spec.page_size_bytes``)."""
+        return self.spec.page_size_bytes
+
+
+@dataclass
+class KVCachePlan:
+    """Per-layer plan of a ``KVCacheConfig``; see :func:`plan_kv_cache`."""
+
+    kv_cache_config: Any
+    layers: dict[str, LayerPlan] = field(default_factory=dict)
+
+    @property
+    def tensors(self) -> list[Any]:
+        return list(self.kv_cache_config.kv_cache_tensors)
+
+    def layers_of(self, tensor_id: int) -> list[LayerPlan]:
+        return [lp for lp in self.layers.values() if lp.tensor_id == tensor_id]
+
+    def strategy_counts(self) -> Counter[str]:
+        return Counter(lp.strategy.name for lp in self.layers.values())
+
+
+def plan_kv_cache(
+    kv_cache_config: Any,
+    dims: ModelDims = ModelDims(),
+    *,
+    registry: StrategyRegistry | None = None,
+    skip_layers: Collection[str] = (),
+) -> KVCachePlan:
+    """Resolve and check a strategy for every layer of ``kv_cache_config``.
+
+    Args:
+        kv_cache_config: vLLM's ``KVCacheConfig`` (either ``KVCacheTensor`` form).
+        dims: model dimensions some specs lack (MLA nope/rope split).
+        registry: defaults to :func:`default_registry`.
+        skip_layers: layers the runner handles alone (``runner_only_attn_layers``,
+            cross-layer KV sharing); they need no tensor.
+
+    Raises:
+        UnsupportedSpecError: a layer's spec type has no strategy.
+        KVCacheLayoutError: a layer is served by no tensor or by several; a
+            strategy's parts disagree with the spec's page size.
+    """
+    registry = registry or default_registry()
+    tensor_of: dict[str, int] = {}
+    for tid, tensor in enumerate(kv_cache_config.kv_cache_tensors):
+        for name in compat.tensor_layers(tensor):
+            if name in tensor_of:
+                raise KVCacheLayoutError(
+                    f"layer {name!r} is served by KV cache tensors {tensor_of[name]} and {tid}"
+                )
+            tensor_of[name] = tid
+
+    plan = KVCachePlan(kv_cache_config)
+    for gid, group in enumerate(kv_cache_config.kv_cache_groups):
+        for name in group.layer_names:
+            if name in skip_layers:
+                continue
+            spec = compat.layer_spec(group.kv_cache_spec, name)
+            if name not in tensor_of:
+                raise KVCacheLayoutError(
+                    f"layer {name!r} ({type(spec).__name__}, group {gid}) is served by no KV cache tensor"
+                )
+            strategy = registry.resolve(spec)
+            parts = strategy.page_parts(spec, dims)
+            page = sum(p.nbytes for p in parts)
+            if page != compat.unpadded_page_bytes(spec):
+                raise KVCacheLayoutError(
+                    f"layer {name!r}: strategy {strategy.name} lays out {page} bytes per block "
+                    f"({', '.join(f'{p.name} {p.nbytes}' for p in parts)}) but "
+                    f"{type(spec).__name__} says {compat.unpadded_page_bytes(spec)}"
+                )
+            plan.layers[name] = LayerPlan(name, gid, spec, strategy, parts, tensor_of[name])
+    return plan

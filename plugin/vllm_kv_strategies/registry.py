@@ -1,0 +1,141 @@
+"""Strategy registry: spec class -> strategies, resolved through the spec's MRO.
+
+Shaped like vLLM's ``vllm/v1/kv_cache_spec_registry.py``: lookups walk the
+spec's class hierarchy, most specific class first, so a vendor subclass of a
+vLLM spec (vllm-ascend's MLA spec, say) maps to the strategy of its base
+without code changes. Within one class, strategies with a ``matches``
+predicate are tried before plain ones. Registering the same strategy twice is
+a no-op; a second plain strategy for one class is a conflict.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from importlib.metadata import entry_points
+from typing import Any
+
+from .errors import UnsupportedSpecError
+from .logger import PREFIX, logger
+from .strategies import BUILTIN_STRATEGIES, KVCacheStrategy
+
+#: Entry point group through which other packages add strategies.
+ENTRY_POINT_GROUP = "vllm_kv_strategies.strategies"
+
+
+def _has_predicate(strategy: KVCacheStrategy) -> bool:
+    return type(strategy).matches is not KVCacheStrategy.matches
+
+
+class StrategyRegistry:
+    """Maps KV cache spec classes to :class:`KVCacheStrategy` instances."""
+
+    def __init__(self) -> None:
+        self._by_type: dict[type, list[KVCacheStrategy]] = {}
+
+    def register(self, strategy: KVCacheStrategy | type[KVCacheStrategy]) -> KVCacheStrategy:
+        """Register ``strategy`` for each class in its ``spec_types()``.
+
+        Raises:
+            TypeError: ``strategy`` is not a KVCacheStrategy.
+            ValueError: another plain strategy already serves one of the classes.
+        """
+        if isinstance(strategy, type) and issubclass(strategy, KVCacheStrategy):
+            strategy = strategy()
+        if not isinstance(strategy, KVCacheStrategy):
+            raise TypeError(f"{strategy!r} is not a KVCacheStrategy (class or instance)")
+        spec_types = tuple(strategy.spec_types())
+        # Check every class before changing any: a refused strategy must not
+        # stay registered for the classes listed before the clashing one.
+        for spec_type in spec_types if not _has_predicate(strategy) else ():
+            entries = self._by_type.get(spec_type, [])
+            if any(type(s) is type(strategy) for s in entries):
+                continue
+            clash = [s for s in entries if not _has_predicate(s)]
+            if clash:
+                raise ValueError(
+                    f"{spec_type.__name__} is already served by {clash[0]!r}; "
+                    f"{strategy!r} needs a matches() predicate to share it"
+                )
+        for spec_type in spec_types:
+            entries = self._by_type.setdefault(spec_type, [])
+            if any(type(s) is type(strategy) for s in entries):
+                continue
+            entries.append(strategy)
+            entries.sort(key=lambda s: not _has_predicate(s))
+        return strategy
+
+    def find(self, spec: Any) -> KVCacheStrategy | None:
+        """The strategy for ``spec``, or None if no strategy handles it."""
+        for cls in type(spec).__mro__:
+            for strategy in self._by_type.get(cls, ()):
+                if strategy.matches(spec):
+                    return strategy
+        return None
+
+    def resolve(self, spec: Any) -> KVCacheStrategy:
+        """Like :meth:`find`, but raises :class:`UnsupportedSpecError` naming
+        the spec type and the registered kinds when nothing matches."""
+        strategy = self.find(spec)
+        if strategy is None:
+            raise UnsupportedSpecError(
+                f"no KV cache strategy for spec type {type(spec).__qualname__} "
+                f"({type(spec).__module__}); registered kinds: {self.describe()}. "
+                f"Add one through the {ENTRY_POINT_GROUP!r} entry point group."
+            )
+        return strategy
+
+    def strategies(self) -> list[KVCacheStrategy]:
+        seen: dict[type, KVCacheStrategy] = {}
+        for entries in self._by_type.values():
+            for s in entries:
+                seen.setdefault(type(s), s)
+        return list(seen.values())
+
+    def describe(self) -> str:
+        """e.g. ``full_attention (FullAttentionSpec, SlidingWindowSpec), mla (...)``."""
+        rows = []
+        for s in self.strategies():
+            types = ", ".join(t.__name__ for t, ss in self._by_type.items() if s in ss)
+            rows.append(f"{s.name} ({types})")
+        return "; ".join(rows)
+
+
+def load_entry_point_strategies(registry: StrategyRegistry, eps: Iterable[Any] | None = None) -> None:
+    """Add the strategies other packages declare under :data:`ENTRY_POINT_GROUP`.
+
+    One that fails to import, is not a strategy, or clashes with a registered
+    one is logged and refused; the others stay registered.
+    """
+    for ep in entry_points(group=ENTRY_POINT_GROUP) if eps is None else eps:
+        try:
+            strategy = registry.register(ep.load())
+        except Exception as exc:  # a broken third-party package must not stop vLLM
+            logger.warning("%s refused strategy entry point %s = %s: %s", PREFIX, ep.name, ep.value, exc)
+        else:
+            logger.info("%s added strategy %s from entry point %s", PREFIX, strategy.name, ep.name)
+
+
+_default: StrategyRegistry | None = None
+_lock = threading.Lock()
+
+
+def default_registry() -> StrategyRegistry:
+    """The process-wide registry: built-ins plus entry point strategies, built
+    on first use (this imports vLLM's spec classes)."""
+    global _default
+    with _lock:
+        if _default is None:
+            registry = StrategyRegistry()
+            for strategy in BUILTIN_STRATEGIES:
+                registry.register(strategy)
+            load_entry_point_strategies(registry)
+            _default = registry
+        return _default
+
+
+def reset_default_registry() -> None:
+    """Forget the process-wide registry (tests)."""
+    global _default
+    with _lock:
+        _default = None

@@ -1,0 +1,181 @@
+"""Stand-ins for the NPU-only modules vllm-ascend imports, so its real code runs on a CPU host.
+
+``install(version)`` puts into ``sys.modules``:
+
+* ``torch_npu``: a real ``types.ModuleType`` with a ``__spec__`` and ``__path__`` (so it looks
+  like a package). Every ``torch_npu.<x>.<y>`` submodule is created on demand by a meta path
+  finder as a package-like module as well; attributes that nobody defined are ``MagicMock``s.
+  Explicit values: ``npu_format_cast`` is an identity function wrapped in a ``MagicMock`` (so a
+  test can assert whether it was called), ``npu.current_device() -> 0``,
+  ``npu.get_soc_version() -> 220`` (an A2 SoC, matching the A2 build of the vllm-ascend wheel),
+  ``npu.device_count() -> 1``, ``npu.Stream`` / ``npu.Event`` are the ``MagicMock`` class.
+* ``torch.npu``: a ``MagicMock`` (vllm-ascend evaluates ``torch.npu.NPUGraph | None`` at import).
+* ``torchvision``: package stub (transformers' Qwen2-VL processors import
+  ``torchvision.transforms.v2``; the PyPI torchvision wheel needs CUDA ops and cannot load here).
+* ``torchair``: package stub, only for the versions that import it (0.18.0 and 0.11.0).
+
+For 0.23.0 it then imports ``vllm_ascend.ops`` before anything else of vllm-ascend:
+importing ``vllm_ascend.worker.model_runner_v1`` first hits a circular import
+(``DeviceOperator`` from a partially initialised ``vllm_ascend.device.device_op``).
+
+Written for this project; it contains no vllm-ascend code. Calling ``install`` twice is a no-op.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from unittest.mock import MagicMock
+
+__all__ = ["install", "installed_version", "STUB_ROOTS", "is_stub", "format_cast_mock"]
+
+SUPPORTED_VERSIONS = ("0.23.0", "0.18.0", "0.13.0", "0.11.0")
+
+# Which stub packages each vllm-ascend version needs (see the probe notes).
+_ROOTS_BY_VERSION = {
+    "0.23.0": ("torch_npu", "torchvision"),
+    "0.18.0": ("torch_npu", "torchvision", "torchair"),
+    "0.13.0": ("torch_npu", "torchvision"),
+    "0.11.0": ("torch_npu", "torchair"),
+}
+STUB_ROOTS: tuple[str, ...] = ()
+
+# torchair submodules that must exist before vllm-ascend 0.18 looks them up in sys.modules.
+_TORCHAIR_PREIMPORT = ("torchair.fx_summary", "torchair.npu_fx_compiler", "torchair.scope")
+# torch_npu submodules created eagerly so that `torch_npu.npu` is the same object whether it is
+# reached by attribute access or by import.
+_TORCH_NPU_PREIMPORT = (
+    "torch_npu.npu",
+    "torch_npu.npu.streams",
+    "torch_npu.npu.utils",
+    "torch_npu._C",
+    "torch_npu.profiler",
+    "torch_npu.contrib",
+    "torch_npu.op_plugin",
+    "torch_npu.utils",
+    "torch_npu.dynamo",
+)
+
+_installed_version: str | None = None
+_STUB_MARK = "__npu_stub__"
+
+
+class _StubModule(types.ModuleType):
+    """A package-like module whose unknown public attributes are cached MagicMocks."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        value = MagicMock(name=f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StubLoader(importlib.abc.Loader):
+    def create_module(self, spec):
+        module = _StubModule(spec.name)
+        module.__path__ = []  # package-like: allows `import a.b.c` below it
+        module.__file__ = f"<npu stub {spec.name}>"
+        setattr(module, _STUB_MARK, True)
+        return module
+
+    def exec_module(self, module):
+        return None
+
+
+class _StubFinder(importlib.abc.MetaPathFinder):
+    """Answers for every module under the stubbed roots."""
+
+    def __init__(self, roots: tuple[str, ...]):
+        self.roots = set(roots)
+        self.loader = _StubLoader()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".", 1)[0] not in self.roots:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self.loader, is_package=True)
+
+
+def _identity(tensor, *args, **kwargs):
+    return tensor
+
+
+def _configure_torch_npu(torch_npu) -> None:
+    torch_npu.npu_format_cast = MagicMock(name="torch_npu.npu_format_cast", side_effect=_identity)
+    npu = importlib.import_module("torch_npu.npu")
+    npu.current_device = MagicMock(name="torch_npu.npu.current_device", return_value=0)
+    npu.device_count = MagicMock(name="torch_npu.npu.device_count", return_value=1)
+    npu.get_soc_version = MagicMock(name="torch_npu.npu.get_soc_version", return_value=220)
+    npu.is_available = MagicMock(name="torch_npu.npu.is_available", return_value=False)
+    npu.Stream = MagicMock
+    npu.Event = MagicMock
+    streams = importlib.import_module("torch_npu.npu.streams")
+    streams.Stream = MagicMock
+    streams.Event = MagicMock
+
+
+def _configure_torch() -> None:
+    import torch
+
+    if not isinstance(getattr(torch, "npu", None), MagicMock):
+        npu = MagicMock(name="torch.npu")
+        npu.Stream = MagicMock
+        npu.Event = MagicMock
+        npu.current_device.return_value = 0
+        npu.device_count.return_value = 1
+        npu.is_available.return_value = False
+        torch.npu = npu
+
+
+def is_stub(module) -> bool:
+    return bool(getattr(module, _STUB_MARK, False))
+
+
+def format_cast_mock() -> MagicMock:
+    """The MagicMock standing in for ``torch_npu.npu_format_cast`` (identity)."""
+    return sys.modules["torch_npu"].npu_format_cast
+
+
+def installed_version() -> str | None:
+    return _installed_version
+
+
+def install(version: str = "0.23.0", *, import_ops: bool = True) -> None:
+    """Install the stubs for vllm-ascend ``version``; then (0.23) import ``vllm_ascend.ops``."""
+    global _installed_version, STUB_ROOTS
+    if version not in _ROOTS_BY_VERSION:
+        raise ValueError(f"unknown vllm-ascend version {version!r}; known: {SUPPORTED_VERSIONS}")
+    if _installed_version is not None:
+        if _installed_version != version:
+            raise RuntimeError(
+                f"NPU stubs for {_installed_version} are already installed; cannot switch to {version}"
+            )
+        return
+
+    roots = _ROOTS_BY_VERSION[version]
+    for root in roots:
+        existing = sys.modules.get(root)
+        if existing is not None and not is_stub(existing):
+            raise RuntimeError(f"a real {root!r} is already imported; refusing to shadow it with a stub")
+    sys.meta_path.insert(0, _StubFinder(roots))
+    STUB_ROOTS = roots
+
+    _configure_torch()
+    torch_npu = importlib.import_module("torch_npu")
+    for name in _TORCH_NPU_PREIMPORT:
+        importlib.import_module(name)
+    _configure_torch_npu(torch_npu)
+    if "torchvision" in roots:
+        tv = importlib.import_module("torchvision")
+        tv.__version__ = "0.0.0+npu_stub"
+        importlib.import_module("torchvision.transforms.v2")
+    if "torchair" in roots:
+        for name in _TORCHAIR_PREIMPORT:
+            importlib.import_module(name)
+
+    _installed_version = version
+    if import_ops and version == "0.23.0":
+        importlib.import_module("vllm_ascend.ops")

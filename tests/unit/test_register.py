@@ -1,0 +1,394 @@
+"""``register()``: the ``KV_STRATEGIES`` switch, idempotency, undo, the log
+line, deferred patching, loading through vLLM's plugin loader, and its cost.
+
+The in-process tests patch the real ``GPUModelRunner`` of vLLM 0.32 (already
+imported here); the conftest fixture restores it after every test. Two kinds
+of fresh subprocess check what only a new interpreter shows: the cheap one
+never imports vLLM, the other (one run, ~10 s) imports the runner module after
+``register()``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+# ---------------------------------------------------------------------------
+# Fresh interpreters (helpers; the tests are at the end)
+# ---------------------------------------------------------------------------
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KV_STRATEGIES", "VLLM_PLUGINS"))}
+    env.update(extra)
+    return env
+
+
+class Probe:
+    """A fresh ``python -c`` run, started at once; :meth:`result` waits."""
+
+    def __init__(self, code: str, **env: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=subprocess_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        atexit.register(self.kill)  # if the test that reads it is deselected
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+    def result(self, timeout: float) -> dict:
+        stdout, stderr = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, stderr[-4000:]
+        # vLLM logs to stdout: the result is the line after the marker.
+        [line] = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
+        return json.loads(line[len("RESULT ") :])
+
+
+def run_python(code: str, timeout: float, **env: str) -> dict:
+    return Probe(code, **env).result(timeout)
+
+
+CHEAP_PROBE = """
+    import json, sys, time
+    t0 = time.perf_counter()
+    import vllm_kv_strategies
+    t1 = time.perf_counter()
+    heavy_after_import = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "vllm"))
+    vllm_kv_strategies.register()
+    t2 = time.perf_counter()
+    from vllm_kv_strategies import patching
+    print("RESULT " + json.dumps(dict(
+        import_ms=(t1 - t0) * 1e3,
+        register_ms=(t2 - t1) * 1e3,
+        heavy_after_import=heavy_after_import,
+        heavy_after_register=sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "vllm")),
+        hook=patching._finder in sys.meta_path,
+        pending=sorted(patching._finder.callbacks),
+        platform=vllm_kv_strategies._registered_platform,
+    )))
+"""
+
+
+DEFERRED_PROBE = """
+    import json, sys
+    import vllm_kv_strategies
+    from vllm_kv_strategies import patching
+    vllm_kv_strategies.register()
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "vllm"))
+    hook = patching._finder in sys.meta_path
+    pending = sorted(patching._finder.callbacks)
+    import vllm.v1.worker.gpu_model_runner as runner_module
+    cls = runner_module.GPUModelRunner
+    fn = cls.__dict__["initialize_kv_cache_tensors"]
+    originals = cls.__dict__.get(patching.MARKER, {})
+    original = originals.get("initialize_kv_cache_tensors")
+    print("RESULT " + json.dumps(dict(
+        heavy_before_runner_import=heavy,
+        hook=hook,
+        pending=pending,
+        pending_after=sorted(patching._finder.callbacks),
+        marker=list(originals),
+        wrapped_is_original=original is not None and fn.__wrapped__ is original,
+        original=f"{original.__module__}.{original.__qualname__}" if original else None,
+        fn_is_original=original is fn,
+    )))
+"""
+
+# The deferred-patching probe imports vLLM's runner (~10 s): start it now, so it
+# runs while this module imports vLLM in-process and the other tests run.
+DEFERRED = Probe(DEFERRED_PROBE)
+
+import vllm.plugins  # noqa: E402
+import vllm_kv_strategies
+from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm_kv_strategies import adapters, compat, patching
+from vllm_kv_strategies.adapters.upstream import UpstreamAdapter
+
+METHOD = "initialize_kv_cache_tensors"
+#: The stock method, taken when this module is imported (before any test ran).
+ORIGINAL = GPUModelRunner.__dict__[METHOD]
+assert patching.MARKER not in GPUModelRunner.__dict__, "runner patched before the tests started"
+assert ORIGINAL.__qualname__ == f"GPUModelRunner.{METHOD}"
+assert ORIGINAL.__module__ == "vllm.v1.worker.gpu_model_runner"
+
+ACTIVE_LINE = (
+    "kv_strategies: active (KV_STRATEGIES={mode}, vLLM 0.32.0): "
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.{{initialize_kv_cache_tensors}} build the KV cache"
+)
+
+
+def assert_stock() -> None:
+    assert GPUModelRunner.__dict__[METHOD] is ORIGINAL
+    assert patching.MARKER not in GPUModelRunner.__dict__
+    assert CPUModelRunner.initialize_kv_cache_tensors is ORIGINAL
+    assert patching._finder not in sys.meta_path
+    assert patching._finder.callbacks == {}
+
+
+def assert_patched_once() -> None:
+    patched = GPUModelRunner.__dict__[METHOD]
+    assert patched is not ORIGINAL
+    assert patched.__wrapped__ is ORIGINAL  # one layer of wrapping, not two
+    assert GPUModelRunner.__dict__[patching.MARKER] == {METHOD: ORIGINAL}
+    assert GPUModelRunner.__dict__[patching.MARKER][METHOD] is ORIGINAL
+    assert patched.__name__ == METHOD and patched.__doc__ == ORIGINAL.__doc__
+    # The CPU runner inherits the method: patched through its base class.
+    assert METHOD not in CPUModelRunner.__dict__
+    assert patching.MARKER not in CPUModelRunner.__dict__
+    assert CPUModelRunner.initialize_kv_cache_tensors is patched
+
+
+def info_lines(kv_log) -> list[str]:
+    return [m for m in kv_log.at(logging.INFO) if m.startswith("kv_strategies:")]
+
+
+# ---------------------------------------------------------------------------
+# The switch
+# ---------------------------------------------------------------------------
+
+
+def test_off_leaves_the_runner_stock_and_installs_no_hook(monkeypatch, kv_log):
+    monkeypatch.setenv("KV_STRATEGIES", "off")
+    vllm_kv_strategies.register()
+    assert_stock()
+    assert vllm_kv_strategies._registered_platform is None
+    assert info_lines(kv_log) == ["kv_strategies: off (KV_STRATEGIES=off): nothing patched"]
+    assert kv_log.at(logging.WARNING) == []
+
+
+@pytest.mark.parametrize("bad", ["maybe", "yes", "0"])
+def test_bad_value_raises_naming_the_valid_values(monkeypatch, bad):
+    monkeypatch.setenv("KV_STRATEGIES", bad)
+    with pytest.raises(ValueError) as info:
+        vllm_kv_strategies.register()
+    message = str(info.value)
+    assert f"KV_STRATEGIES={bad!r}" in message
+    for valid in ("'auto'", "'on'", "'off'"):
+        assert valid in message
+    assert_stock()
+
+
+@pytest.mark.parametrize("mode", [None, "auto", "AUTO", "on"])
+def test_auto_and_on_patch_the_defining_class(monkeypatch, kv_log, mode):
+    if mode is not None:
+        monkeypatch.setenv("KV_STRATEGIES", mode)
+    vllm_kv_strategies.register()
+    assert_patched_once()
+    assert vllm_kv_strategies._registered_platform == "upstream"
+    expected_mode = (mode or "auto").lower()
+    assert info_lines(kv_log) == [ACTIVE_LINE.format(mode=expected_mode)]
+    assert kv_log.at(logging.WARNING) == []  # 0.32.0 is in the support matrix
+
+
+# ---------------------------------------------------------------------------
+# Idempotency and undo
+# ---------------------------------------------------------------------------
+
+
+def test_register_twice_wraps_once_and_logs_once(kv_log):
+    vllm_kv_strategies.register()
+    first = GPUModelRunner.__dict__[METHOD]
+    vllm_kv_strategies.register()
+    assert GPUModelRunner.__dict__[METHOD] is first
+    assert_patched_once()
+    assert info_lines(kv_log) == [ACTIVE_LINE.format(mode="auto")]
+
+
+def test_marker_prevents_double_wrapping_when_the_flag_is_lost(monkeypatch):
+    # A fork child inherits the patched class but may rerun register() with
+    # fresh module state; the marker on the class keeps it one layer deep.
+    vllm_kv_strategies.register()
+    first = GPUModelRunner.__dict__[METHOD]
+    monkeypatch.setattr(vllm_kv_strategies, "_registered_platform", None)
+    vllm_kv_strategies.register()
+    adapters.install("upstream")
+    assert GPUModelRunner.__dict__[METHOD] is first
+    assert_patched_once()
+
+
+def test_unregister_restores_the_identical_original():
+    vllm_kv_strategies.register()
+    assert_patched_once()
+    vllm_kv_strategies.unregister()
+    assert_stock()
+    assert vllm_kv_strategies._registered_platform is None
+    vllm_kv_strategies.unregister()  # a second undo is harmless
+    assert_stock()
+
+
+def test_patch_unpatch_patch(kv_log):
+    vllm_kv_strategies.register()
+    first = GPUModelRunner.__dict__[METHOD]
+    vllm_kv_strategies.unregister()
+    assert_stock()
+    vllm_kv_strategies.register()
+    assert_patched_once()
+    assert GPUModelRunner.__dict__[METHOD] is not first  # a fresh wrapper
+    assert info_lines(kv_log) == [ACTIVE_LINE.format(mode="auto")] * 2
+
+
+def test_patched_method_delegates_to_the_adapter(monkeypatch):
+    calls = []
+
+    def fake(self, stock, runner, *args, **kwargs):
+        calls.append((stock, runner, args, kwargs))
+        return "built"
+
+    monkeypatch.setattr(UpstreamAdapter, "initialize_kv_cache_tensors", fake)
+    vllm_kv_strategies.register()
+    runner = CPUModelRunner.__new__(CPUModelRunner)
+    assert runner.initialize_kv_cache_tensors("config", [16]) == "built"
+    assert calls == [(ORIGINAL, runner, ("config", [16]), {})]
+
+
+# ---------------------------------------------------------------------------
+# Support matrix
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("declared", "named"),
+    [((), "vLLM ; vLLM+vllm-ascend 0.23.0+0.23.0"), (("0.31.0",), "vLLM 0.31.0; vLLM+vllm-ascend 0.23.0+0.23.0")],
+    ids=["none", "0.31.0"],
+)
+def test_auto_on_an_undeclared_release_stays_stock_then_on_patches(monkeypatch, kv_log, declared, named):
+    monkeypatch.setattr(compat, "UPSTREAM_VLLM_RELEASES", declared)
+    vllm_kv_strategies.register()
+    assert_stock()
+    assert vllm_kv_strategies._registered_platform is None
+    [warning] = kv_log.at(logging.WARNING)
+    assert warning == (
+        f"kv_strategies: vLLM 0.32.0 is not in the support matrix ({named}); vLLM's stock KV cache "
+        "is used. Set KV_STRATEGIES=on to patch anyway."
+    )
+    assert info_lines(kv_log) == []
+
+    kv_log.clear()
+    monkeypatch.setenv("KV_STRATEGIES", "on")
+    vllm_kv_strategies.register()
+    assert_patched_once()
+    assert kv_log.at(logging.WARNING) == [
+        f"kv_strategies: KV_STRATEGIES=on: patching vLLM 0.32.0, which is not in the support matrix ({named})"
+    ]
+    assert info_lines(kv_log) == [ACTIVE_LINE.format(mode="on")]
+
+
+# ---------------------------------------------------------------------------
+# Nothing but a bad switch value escapes register()
+# ---------------------------------------------------------------------------
+
+
+def test_a_failure_while_installing_is_logged_not_raised(monkeypatch, kv_log):
+    def boom(platform):
+        raise RuntimeError("boom while installing")
+
+    monkeypatch.setattr(adapters, "install", boom)
+    vllm_kv_strategies.register()  # must not raise: vLLM does not catch it
+    assert_stock()
+    assert vllm_kv_strategies._registered_platform is None
+    [warning] = kv_log.at(logging.WARNING)
+    assert warning.startswith("kv_strategies: not active, vLLM's stock KV cache is used")
+    assert "boom while installing" in warning
+
+
+def test_a_failure_while_patching_the_runner_is_logged_not_raised(monkeypatch, kv_log):
+    def boom(self, cls):
+        raise RuntimeError("boom while patching")
+
+    monkeypatch.setattr(UpstreamAdapter, "patch", boom)
+    vllm_kv_strategies.register()
+    assert GPUModelRunner.__dict__[METHOD] is ORIGINAL
+    assert patching.MARKER not in GPUModelRunner.__dict__
+    [warning] = kv_log.at(logging.WARNING)
+    assert "could not patch vllm.v1.worker.gpu_model_runner.GPUModelRunner" in warning
+    assert "boom while patching" in warning
+
+
+# ---------------------------------------------------------------------------
+# Loaded by vLLM's plugin loader through the installed entry point
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_plugin_loader(monkeypatch):
+    monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    return vllm.plugins.load_general_plugins
+
+
+def test_load_general_plugins_registers_the_plugin(monkeypatch, fresh_plugin_loader, kv_log):
+    monkeypatch.setenv("VLLM_PLUGINS", "kv_strategies")
+    fresh_plugin_loader()
+    assert vllm.plugins.plugins_loaded is True
+    assert_patched_once()
+    assert info_lines(kv_log) == [ACTIVE_LINE.format(mode="auto")]
+    # vLLM loads plugins once per process; a second call changes nothing.
+    fresh_plugin_loader()
+    assert_patched_once()
+    assert len(info_lines(kv_log)) == 1
+
+
+def test_load_general_plugins_skips_the_plugin_when_not_listed(monkeypatch, fresh_plugin_loader, kv_log):
+    monkeypatch.setenv("VLLM_PLUGINS", "some_other")
+    fresh_plugin_loader()
+    assert vllm.plugins.plugins_loaded is True
+    assert_stock()
+    assert kv_log.records == []
+
+
+def test_load_general_plugins_with_the_switch_off(monkeypatch, fresh_plugin_loader, kv_log):
+    monkeypatch.setenv("VLLM_PLUGINS", "kv_strategies")
+    monkeypatch.setenv("KV_STRATEGIES", "off")
+    fresh_plugin_loader()
+    assert_stock()
+    assert info_lines(kv_log) == ["kv_strategies: off (KV_STRATEGIES=off): nothing patched"]
+
+
+# ---------------------------------------------------------------------------
+# Fresh interpreters
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["off", "auto"])
+def test_import_and_register_in_a_fresh_process_import_neither_torch_nor_vllm(mode, capsys):
+    result = run_python(CHEAP_PROBE, timeout=60, KV_STRATEGIES=mode)
+    assert result["heavy_after_import"] == []
+    assert result["heavy_after_register"] == []
+    if mode == "off":
+        assert result["hook"] is False and result["pending"] == [] and result["platform"] is None
+    else:  # the control: auto does install the hook
+        assert result["hook"] is True
+        assert result["pending"] == ["vllm.v1.worker.gpu_model_runner"]
+        assert result["platform"] == "upstream"
+    with capsys.disabled():
+        print(
+            f"\n[register cost, KV_STRATEGIES={mode}] import vllm_kv_strategies: "
+            f"{result['import_ms']:.1f} ms, register(): {result['register_ms']:.1f} ms"
+        )
+
+
+def test_register_before_the_runner_is_imported_patches_it_on_import():
+    result = DEFERRED.result(timeout=300)
+    assert result["heavy_before_runner_import"] == []
+    assert result["hook"] is True
+    assert result["pending"] == ["vllm.v1.worker.gpu_model_runner"]
+    assert result["pending_after"] == []  # the callback ran and was dropped
+    assert result["marker"] == ["initialize_kv_cache_tensors"]
+    assert result["wrapped_is_original"] is True
+    assert result["fn_is_original"] is False
+    assert result["original"] == "vllm.v1.worker.gpu_model_runner.GPUModelRunner.initialize_kv_cache_tensors"

@@ -1,0 +1,203 @@
+"""The upstream adapter builds exactly what vLLM 0.32's stock
+``GPUModelRunner.initialize_kv_cache_tensors`` builds.
+
+Both run on the same real ``KVCacheConfig`` (made by vLLM's own
+``get_kv_cache_groups`` / ``get_kv_cache_config_from_groups``) on a runner made
+with ``__new__``; every layer's view must match in shape, stride, dtype,
+storage offset and aliasing, and the layers must be bound to the same tensors.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("vllm.v1.worker.gpu_model_runner", reason="needs vLLM's upstream runner (vLLM >= 0.30)")
+
+from vllm.config import VllmConfig  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+)
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
+
+from vllm_kv_strategies import patching  # noqa: E402
+from vllm_kv_strategies.adapters.upstream import UpstreamAdapter  # noqa: E402
+from vllm_kv_strategies.errors import UnsupportedSpecError  # noqa: E402
+
+BF16 = torch.bfloat16
+
+
+class Layer:
+    """Stands in for an attention module: records what is bound to it."""
+
+    def __init__(self) -> None:
+        self.kv_cache = None
+
+    def bind_kv_cache(self, kv_cache) -> None:
+        self.kv_cache = kv_cache
+
+
+def make_config(specs: dict, layout: str, memory: int):
+    vllm_config = VllmConfig()
+    vllm_config.cache_config.kv_cache_layout = layout
+    groups = get_kv_cache_groups(vllm_config, dict(specs))
+    return vllm_config, get_kv_cache_config_from_groups(vllm_config, groups, memory)
+
+
+def make_runner(vllm_config, layer_names, *, hf_config=None, shared=None):
+    runner = GPUModelRunner.__new__(GPUModelRunner)
+    hf = hf_config or SimpleNamespace(model_type="llama")
+    runner.device = torch.device("cpu")
+    runner.cache_config = vllm_config.cache_config
+    runner.vllm_config = vllm_config
+    runner.model_config = SimpleNamespace(hf_config=hf, hf_text_config=hf)
+    runner.shared_kv_cache_layers = dict(shared or {})
+    runner.runner_only_attn_layers = set(runner.shared_kv_cache_layers)
+    runner.attn_groups = []
+    runner.speculative_config = None
+    runner.compilation_config = SimpleNamespace(
+        static_forward_context={n: Layer() for n in [*layer_names, *runner.shared_kv_cache_layers]}
+    )
+    runner.kv_caches = []
+    return runner
+
+
+def describe(t: torch.Tensor):
+    return (tuple(t.shape), t.stride(), t.dtype, t.storage_offset() * t.element_size())
+
+
+def alias_classes(kv_caches: dict) -> list[set[str]]:
+    by_storage: dict[int, set[str]] = {}
+    for name, t in kv_caches.items():
+        by_storage.setdefault(t.untyped_storage().data_ptr(), set()).add(name)
+    return sorted(by_storage.values(), key=sorted)
+
+
+def run_both(specs, layout="LBHNC", memory=1 << 22, kernel_block_sizes=None, **runner_kw):
+    vllm_config, config = make_config(specs, layout, memory)
+    names = list(specs)
+    stock_runner = make_runner(vllm_config, names, **runner_kw)
+    ours_runner = make_runner(vllm_config, names, **runner_kw)
+    stock_fn = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
+    stock = stock_fn(stock_runner, copy.deepcopy(config), kernel_block_sizes)
+    ours = UpstreamAdapter().initialize_kv_cache_tensors(stock_fn, ours_runner, copy.deepcopy(config), kernel_block_sizes)
+    return config, (stock_runner, stock), (ours_runner, ours)
+
+
+def assert_same(stock_pair, ours_pair):
+    (stock_runner, stock), (ours_runner, ours) = stock_pair, ours_pair
+    assert stock.keys() == ours.keys()
+    for name in stock:
+        assert describe(ours[name]) == describe(stock[name]), name
+    assert alias_classes(ours) == alias_classes(stock)
+    assert [describe(t) for t in ours_runner.kv_caches] == [describe(t) for t in stock_runner.kv_caches]
+    for name, layer in ours_runner.compilation_config.static_forward_context.items():
+        stock_bound = stock_runner.compilation_config.static_forward_context[name].kv_cache
+        if isinstance(layer.kv_cache, torch.Tensor):
+            assert describe(layer.kv_cache) == describe(stock_bound), name
+        else:  # Mamba layers bind a list of state views
+            assert [describe(t) for t in layer.kv_cache] == [describe(t) for t in stock_bound], name
+    total = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in ours.values()}
+    stock_total = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in stock.values()}
+    assert sum(total.values()) == sum(stock_total.values())
+
+
+def dense(n=3, **kw):
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16, **kw)
+    return {f"model.layers.{i}.self_attn.attn": spec for i in range(n)}
+
+
+@pytest.mark.parametrize("layout", ["LBHNC", "LBNHC", "BLHNC"])
+def test_dense_matches_stock(layout):
+    config, stock, ours = run_both(dense(), layout)
+    assert_same(stock, ours)
+    (_, kv) = ours
+    # 3 layers x 2 heads x 16 tokens x (64 + 64) x 2 bytes = 8192 bytes per block each
+    assert config.kv_cache_tensors[0].block_stride in (8192, 3 * 8192)
+    assert kv["model.layers.0.self_attn.attn"].dtype == BF16
+    assert kv["model.layers.1.self_attn.attn"].shape == (config.num_blocks, 2, 16, 128)
+
+
+def test_different_k_and_v_head_sizes_match_stock():
+    config, stock, ours = run_both(dense(head_size_v=32))
+    assert_same(stock, ours)
+    assert ours[1]["model.layers.0.self_attn.attn"].shape[-1] == 64 + 32
+
+
+def test_kernel_block_split_matches_stock():
+    spec = FullAttentionSpec(block_size=32, num_kv_heads=2, head_size=64, dtype=BF16)
+    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(2)}
+    config, stock, ours = run_both(specs, kernel_block_sizes=[16])
+    assert_same(stock, ours)
+    assert ours[1]["model.layers.0.self_attn.attn"].shape == (2 * config.num_blocks, 2, 16, 128)
+
+
+def test_sliding_window_and_full_groups_match_stock():
+    full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
+    swa = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16, sliding_window=128)
+    specs = {f"model.layers.{i}.self_attn.attn": (swa if i % 2 else full) for i in range(4)}
+    config, stock, ours = run_both(specs)
+    assert len(config.kv_cache_groups) == 2
+    assert_same(stock, ours)
+
+
+def test_hybrid_mamba_and_attention_match_stock():
+    mamba = MambaSpec(block_size=16, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, torch.float32))
+    attn = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
+    specs = {f"model.layers.{i}.linear_attn": mamba for i in (0, 1, 2, 4, 5, 6)}
+    specs |= {f"model.layers.{i}.self_attn.attn": attn for i in (3, 7)}
+    config, stock, ours = run_both(specs)
+    assert len(config.kv_cache_groups) == 4
+    assert_same(stock, ours)
+    (_, kv) = ours
+    # Every group overlays the one backing allocation.
+    assert len(alias_classes(kv)) == 1
+    # Mamba pages are raw int8: conv 3*256*2 + ssm 2*64*64*4 = 34304 bytes.
+    assert kv["model.layers.0.linear_attn"].dtype == torch.int8
+    assert kv["model.layers.0.linear_attn"].shape[-1] == 34304
+
+
+def test_mla_matches_stock():
+    spec = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=BF16)
+    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(2)}
+    hf = SimpleNamespace(model_type="deepseek_v2", kv_lora_rank=512, qk_rope_head_dim=64)
+    config, stock, ours = run_both(specs, "LBNHC", hf_config=hf)
+    assert_same(stock, ours)
+    assert ours[1]["model.layers.1.self_attn.attn"].shape == (config.num_blocks, 1, 16, 576)
+
+
+def test_cross_layer_kv_sharing_matches_stock():
+    shared = {"model.layers.3.self_attn.attn": "model.layers.1.self_attn.attn"}
+    config, stock, ours = run_both(dense(), shared=shared)
+    assert_same(stock, ours)
+    kv = ours[1]
+    assert kv["model.layers.3.self_attn.attn"] is kv["model.layers.1.self_attn.attn"]
+
+
+def test_test_fault_binds_two_layers_of_one_group_to_one_cache(monkeypatch):
+    monkeypatch.setenv("KV_STRATEGIES_TEST_FAULT", "share_group_cache")
+    _, stock, ours = run_both(dense())
+    kv = ours[1]
+    assert kv["model.layers.1.self_attn.attn"] is kv["model.layers.0.self_attn.attn"]
+    with pytest.raises(AssertionError):
+        assert_same(stock, ours)
+
+
+def test_unknown_spec_falls_back_to_stock_in_auto_and_raises_when_on(monkeypatch):
+    from vllm.v1.kv_cache_interface import CrossAttentionSpec
+
+    spec = CrossAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
+    specs = {"model.layers.0.encoder_attn.attn": spec}
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    _, stock, ours = run_both(specs)
+    assert_same(stock, ours)
+    monkeypatch.setenv("KV_STRATEGIES", "on")
+    with pytest.raises(UnsupportedSpecError, match="CrossAttentionSpec"):
+        run_both(specs)

