@@ -13,6 +13,7 @@ vLLM is imported inside functions only: importing this module is cheap.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from dataclasses import dataclass
 from functools import cache
@@ -270,12 +271,13 @@ def mla_split(spec: Any, dims: Any) -> MLASplit:
 
 def unpadded_page_bytes(spec: Any) -> int:
     """Bytes of one block's page without ``page_size_padded``."""
-    if getattr(spec, "page_size_padded", None) is not None:
-        for attr in ("unpadded_page_size_bytes", "real_page_size_bytes"):
-            value = getattr(spec, attr, None)
-            if isinstance(value, int):
-                return value
-    return spec.page_size_bytes
+    if getattr(spec, "page_size_padded", None) is None:
+        return spec.page_size_bytes
+    for attr in ("unpadded_page_size_bytes", "real_page_size_bytes"):  # 0.30+ and some 0.2x specs
+        value = getattr(spec, attr, None)
+        if isinstance(value, int):
+            return value
+    return dataclasses.replace(spec, page_size_padded=None).page_size_bytes
 
 
 # ---------------------------------------------------------------------------

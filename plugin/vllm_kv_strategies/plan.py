@@ -10,7 +10,7 @@ nothing is allocated for a config that cannot be laid out.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +71,7 @@ class KVCachePlan:
 
 def plan_kv_cache(
     kv_cache_config: Any,
-    dims: ModelDims = ModelDims(),
+    dims: ModelDims | Callable[[str], ModelDims] = ModelDims(),
     *,
     registry: StrategyRegistry | None = None,
     skip_layers: Collection[str] = (),
@@ -80,7 +80,8 @@ def plan_kv_cache(
 
     Args:
         kv_cache_config: vLLM's ``KVCacheConfig`` (either ``KVCacheTensor`` form).
-        dims: model dimensions some specs lack (MLA nope/rope split).
+        dims: model dimensions some specs lack (MLA nope/rope split), or a
+            function giving them per layer name.
         registry: defaults to :func:`default_registry`.
         skip_layers: layers the runner handles alone (``runner_only_attn_layers``,
             cross-layer KV sharing); they need no tensor.
@@ -111,7 +112,7 @@ def plan_kv_cache(
                     f"layer {name!r} ({type(spec).__name__}, group {gid}) is served by no KV cache tensor"
                 )
             strategy = registry.resolve(spec)
-            parts = strategy.page_parts(spec, dims)
+            parts = strategy.page_parts(spec, dims(name) if callable(dims) else dims)
             page = sum(p.nbytes for p in parts)
             if page != compat.unpadded_page_bytes(spec):
                 raise KVCacheLayoutError(

@@ -46,6 +46,7 @@ if not AVAILABLE:
 else:
     ASCEND_VERSION = importlib.metadata.version("vllm-ascend")
 
+    os.environ.setdefault("KV_STRATEGIES", "off")  # tests patch explicitly
     sys.path.insert(0, os.path.dirname(__file__))  # npu_stubs, runner_factory
     import npu_stubs  # noqa: E402
 

@@ -56,12 +56,12 @@ def test_page_part_bytes_are_elements_times_itemsize():
     assert PagePart("empty", BF16, (64, 1, 0)).nbytes == 0
 
 
-def test_model_dims_from_hf_config_keeps_ints_only():
+def test_model_dims_from_objects_keeps_ints_only():
     hf = SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=64, index_head_dim=128)
-    assert ModelDims.from_hf_config(hf) == DEEPSEEK
+    assert ModelDims.from_objects(hf) == DEEPSEEK
     # A llama-style config has none of them; a non-int value is not a width.
-    assert ModelDims.from_hf_config(SimpleNamespace(hidden_size=4096)) == NO_DIMS
-    assert ModelDims.from_hf_config(SimpleNamespace(kv_lora_rank="512")) == NO_DIMS
+    assert ModelDims.from_objects(SimpleNamespace(hidden_size=4096)) == NO_DIMS
+    assert ModelDims.from_objects(SimpleNamespace(kv_lora_rank="512")) == NO_DIMS
 
 
 def test_strategy_interface_is_abstract():
@@ -385,7 +385,7 @@ def test_unsupported_spec_error_is_a_type_error():
 DTYPES = st.sampled_from([BF16, FP16, FP32, FP8, U8])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(["full", "sliding", "chunked"]),
     block_size=st.sampled_from([1, 16, 32, 64, 128]),
@@ -406,7 +406,7 @@ def test_attention_page_matches_vllm(kind, block_size, heads, head_size, head_si
     assert FullAttentionStrategy().page_size_bytes(spec, NO_DIMS) == spec.unpadded_page_size_bytes
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, database=None)
 @given(
     block_size=st.sampled_from([16, 64, 128]),
     nope=st.integers(1, 1024),
@@ -419,7 +419,7 @@ def test_mla_page_matches_vllm(block_size, nope, rope, dtype):
     assert MLAStrategy().page_size_bytes(spec, dims) == spec.unpadded_page_size_bytes
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, database=None)
 @given(
     states=st.lists(
         st.tuples(st.lists(st.integers(1, 64), min_size=1, max_size=3).map(tuple), DTYPES),

@@ -130,7 +130,7 @@ def allocate(layouts: list[TensorLayout], device: torch.device, align: bool) -> 
 
 
 def _kernel_split(view: torch.Tensor, block_size: int, kernel_block_size: int | None) -> torch.Tensor:
-    if not kernel_block_size or kernel_block_size == block_size or view.dim() < 2 or view.shape[1] != block_size:
+    if not kernel_block_size or kernel_block_size >= block_size or view.dim() < 2 or view.shape[1] != block_size:
         return view
     if block_size % kernel_block_size:
         raise KVCacheLayoutError(f"kernel block size {kernel_block_size} does not divide block size {block_size}")

@@ -53,10 +53,12 @@ class RunnerAdapter(ABC):
 
     # -- helpers for replacements -----------------------------------------
     @staticmethod
-    def model_dims(runner: Any) -> ModelDims:
+    def layer_dims(runner: Any) -> Callable[[str], ModelDims]:
+        """Per layer: dimensions from its attention module, else the HF config."""
         model_config = getattr(runner, "model_config", None) or runner.vllm_config.model_config
         hf = getattr(model_config, "hf_text_config", None) or getattr(model_config, "hf_config", None)
-        return ModelDims.from_hf_config(hf)
+        layers = runner.compilation_config.static_forward_context
+        return lambda name: ModelDims.from_objects(layers.get(name), hf)
 
     def plan_or_fallback(self, runner: Any, kv_cache_config: Any) -> KVCachePlan | None:
         """Plan every layer; None means "use stock for this runner".
@@ -68,7 +70,7 @@ class RunnerAdapter(ABC):
         try:
             return plan_kv_cache(
                 kv_cache_config,
-                self.model_dims(runner),
+                self.layer_dims(runner),
                 skip_layers=set(getattr(runner, "runner_only_attn_layers", ()) or ()),
             )
         except UnsupportedSpecError as exc:

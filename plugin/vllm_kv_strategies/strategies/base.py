@@ -58,10 +58,17 @@ class ModelDims:
     index_head_dim: int | None = None
 
     @classmethod
-    def from_hf_config(cls, hf_config: Any) -> ModelDims:
+    def from_objects(cls, *sources: Any) -> ModelDims:
+        """Each field from the first source that has it as an int, e.g. the
+        layer's attention module (vLLM's ``MLAAttention`` carries
+        ``kv_lora_rank``), then the model's HF config."""
+
         def get(name: str) -> int | None:
-            value = getattr(hf_config, name, None)
-            return value if isinstance(value, int) else None
+            for source in sources:
+                value = getattr(source, name, None)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return value
+            return None
 
         return cls(get("kv_lora_rank"), get("qk_rope_head_dim"), get("index_head_dim"))
 

@@ -1,0 +1,255 @@
+"""The public vllm-ascend failure cases C01-C08 (../shared/cases/ascend-kv-cases.md)
+as tests of the Ascend adapter, with the exact expected bytes, shapes and offsets.
+
+Each case builds its ``KVCacheConfig`` by hand from real vLLM / vllm-ascend spec
+classes (the tensors and groups the case describes) and runs the adapter's
+``initialize_kv_cache_tensors`` on a real ``NPUModelRunner`` made by
+``runner_factory.make_runner``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import runner_factory as rf
+from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, MambaSpec
+from vllm_ascend.core.kv_cache_interface import AscendMLAAttentionSpec
+
+from vllm_kv_strategies import patching
+from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
+from vllm_kv_strategies.errors import KVCacheLayoutError
+
+BF16, FP32 = torch.bfloat16, torch.float32
+MiB2 = TRANSFER_ALIGNMENT
+
+
+def init(config: KVCacheConfig, **runner_kw):
+    runner = rf.make_runner(config, **runner_kw)
+    stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
+    return runner, AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config))
+
+
+def offset(view: torch.Tensor) -> int:
+    """Byte offset of a view inside its allocation."""
+    return view.data_ptr() - view.untyped_storage().data_ptr()
+
+
+def layout(view: torch.Tensor):
+    return tuple(view.shape), view.dtype, offset(view), view.numel() * view.element_size()
+
+
+def allocated(kv_caches: dict) -> int:
+    seen = {}
+    for value in kv_caches.values():
+        for t in value:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+# T-HYB (cases file): attention K page A = 16384, padded page 34304 = 2A + conv 1536.
+ATTN = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16, page_size_padded=34304)
+MAMBA = MambaSpec(
+    block_size=128,
+    shapes=((3, 256), (2, 64, 64)),
+    dtypes=(BF16, BF16),
+    page_size_padded=34304,
+    mamba_type=MambaAttentionBackendEnum.GDN_ATTN,
+)
+L = "model.layers.{}.linear_attn".format
+A = "model.layers.{}.self_attn.attn".format
+
+
+def t_hyb(tensors_reversed: bool = False) -> KVCacheConfig:
+    groups = [
+        KVCacheGroupSpec([A(3), A(7)], ATTN),
+        KVCacheGroupSpec([L(0), L(1)], MAMBA),
+        KVCacheGroupSpec([L(2), L(4)], MAMBA),
+        KVCacheGroupSpec([L(5), L(6)], MAMBA),
+    ]
+    tensors = [
+        KVCacheTensor(size=137216, shared_by=[A(3), L(0), L(2), L(5)]),
+        KVCacheTensor(size=137216, shared_by=[A(7), L(1), L(4), L(6)]),
+    ]
+    if tensors_reversed:
+        tensors.reverse()
+    return KVCacheConfig(num_blocks=4, kv_cache_tensors=tensors, kv_cache_groups=groups)
+
+
+def test_c01_hybrid_tensor_allocated_once_and_shared():
+    _, kv = init(t_hyb())
+    assert allocated(kv) == 274432  # v0.11.0rc0 used 1,097,728; after PR #3760 548,864
+    storages = [{t.untyped_storage().data_ptr() for t in kv[n]} for n in (A(3), L(0), L(2), L(5))]
+    assert all(s == storages[0] for s in storages) and len(storages[0]) == 1
+    other = {t.untyped_storage().data_ptr() for n in (A(7), L(1), L(4), L(6)) for t in kv[n]}
+    assert len(other) == 1 and other.isdisjoint(storages[0])
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["tensor-order", "reversed"])
+def test_c02_region_layout_and_block_consistent_aliasing(reverse):
+    _, kv = init(t_hyb(tensors_reversed=reverse))
+    for mamba in (L(0), L(2), L(5)):
+        conv, ssm = kv[mamba]
+        assert layout(conv) == ((4, 3, 256), BF16, 0, 6144)
+        assert layout(ssm) == ((4, 2, 64, 64), BF16, 6144, 65536)
+    k, v = kv[A(3)]
+    assert layout(k) == ((4, 128, 1, 64), BF16, 6144, 65536)
+    assert layout(v) == ((4, 128, 1, 64), BF16, 71680, 65536)
+    assert offset(v) + 65536 == 137216
+    # K block j and ssm block j occupy the same 16384-byte slot.
+    for j in range(4):
+        assert k[j].data_ptr() == kv[L(0)][1][j].data_ptr()
+
+
+def test_c02_unpadded_attention_page_is_refused_not_rounded():
+    attn = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16)  # page 32768
+    config = t_hyb()
+    config.kv_cache_groups[0] = KVCacheGroupSpec([A(3), A(7)], attn)
+    with pytest.raises(KVCacheLayoutError, match=r"137216 bytes .* 32768-byte pages \(4\.1875\)"):
+        init(config)
+
+
+def test_c03_mamba_states_with_mixed_dtypes_placed_by_bytes():
+    spec = MambaSpec(
+        block_size=128, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, FP32), mamba_type=MambaAttentionBackendEnum.GDN_ATTN
+    )
+    assert spec.page_size_bytes == 34304
+    config = KVCacheConfig(4, [KVCacheTensor(137216, [L(0)])], [KVCacheGroupSpec([L(0)], spec)])
+    _, kv = init(config)
+    conv, ssm = kv[L(0)]
+    assert layout(conv) == ((4, 3, 256), BF16, 0, 6144)
+    assert layout(ssm) == ((4, 2, 64, 64), FP32, 6144, 131072)
+    assert ssm.data_ptr() % 4 == 0
+    assert allocated(kv) == 137216
+
+
+@pytest.mark.parametrize("names", [("model.layers.0.attn.attn", "model.layers.1.attn.attn"), ("model.layers.0.attention.attn", "model.layers.1.foo")])
+def test_c04_dispatch_by_spec_not_by_layer_name(names):
+    spec = FullAttentionSpec(block_size=128, num_kv_heads=8, head_size=64, dtype=BF16)
+    assert spec.page_size_bytes == 262144
+    config = KVCacheConfig(
+        8, [KVCacheTensor(2097152, [names[0]]), KVCacheTensor(2097152, [names[1]])], [KVCacheGroupSpec(list(names), spec)]
+    )
+    _, kv = init(config)
+    assert set(kv) == set(names)
+    for name in names:
+        assert [layout(t)[:2] + (layout(t)[3],) for t in kv[name]] == [((8, 128, 8, 64), BF16, 1048576)] * 2
+    assert allocated(kv) == 4194304
+
+
+def test_c04_mamba_layer_named_mixer():
+    spec = MambaSpec(
+        block_size=128, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, FP32), mamba_type=MambaAttentionBackendEnum.GDN_ATTN
+    )
+    config = KVCacheConfig(4, [KVCacheTensor(137216, ["model.layers.2.mixer"])], [KVCacheGroupSpec(["model.layers.2.mixer"], spec)])
+    _, kv = init(config)
+    assert [layout(t)[0] for t in kv["model.layers.2.mixer"]] == [(4, 3, 256), (4, 2, 64, 64)]
+
+
+@pytest.mark.parametrize("transfer", [True, False], ids=["kv_transfer", "plain"])
+def test_c05_prefill_decode_alignment(transfer):
+    spec = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=BF16)
+    assert spec.page_size_bytes == 65536
+    config = KVCacheConfig(10, [KVCacheTensor(655360, [A(0)])], [KVCacheGroupSpec([A(0)], spec)])
+    _, kv = init(config, kv_transfer=transfer)
+    k, v = kv[A(0)]
+    for t in (k, v):
+        assert (tuple(t.shape), t.dtype, t.numel() * 2) == ((10, 128, 1, 128), BF16, 327680)
+    assert k.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
+    if transfer:
+        assert k.data_ptr() % MiB2 == 0 and v.data_ptr() % MiB2 == 0
+        assert allocated(kv) == 2 * (327680 + MiB2)
+    else:
+        assert allocated(kv) == 655360
+
+
+def test_c06_mla_latent_split_into_nope_and_rope():
+    spec = AscendMLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=BF16)
+    assert spec.page_size_bytes == 147456
+    config = KVCacheConfig(
+        16, [KVCacheTensor(2359296, [A(0)]), KVCacheTensor(2359296, [A(1)])], [KVCacheGroupSpec([A(0), A(1)], spec)]
+    )
+    _, kv = init(config, mla_dims=(512, 64))
+    for name in (A(0), A(1)):
+        nope, rope = kv[name]
+        assert (tuple(nope.shape), nope.dtype, nope.numel() * 2) == ((16, 128, 1, 512), BF16, 2097152)
+        assert (tuple(rope.shape), rope.dtype, rope.numel() * 2) == ((16, 128, 1, 64), BF16, 262144)
+    assert allocated(kv) == 4718592
+
+
+def test_c06_kv_style_page_gives_too_few_blocks():
+    kv_style = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=BF16)
+    assert kv_style.page_size_bytes == 294912
+    config = KVCacheConfig(16, [KVCacheTensor(2359296, [A(0)])], [KVCacheGroupSpec([A(0)], kv_style)])
+    with pytest.raises(KVCacheLayoutError, match=r"num_blocks 16 .* 294912-byte pages \(8\)"):
+        init(config)
+
+
+def sparse_spec(block: int, split: tuple[int, int, int]) -> AscendMLAAttentionSpec:
+    return AscendMLAAttentionSpec(
+        block_size=block, num_kv_heads=1, head_size=sum(split), dtype=BF16, sparse_head_dim=split
+    )
+
+
+def test_c07_sparse_mla_indexer_share():
+    spec = sparse_spec(128, (512, 64, 128))
+    assert spec.page_size_bytes == 180224
+    config = KVCacheConfig(8, [KVCacheTensor(1441792, [A(0)])], [KVCacheGroupSpec([A(0)], spec)])
+    _, kv = init(config, mla_dims=(512, 64), index_head_dim=128)
+    nope, rope, idx = kv[A(0)]
+    assert (tuple(nope.shape), nope.numel() * 2) == ((8, 128, 1, 512), 1048576)
+    assert (tuple(rope.shape), rope.numel() * 2) == ((8, 128, 1, 64), 131072)
+    assert (tuple(idx.shape), idx.numel() * 2) == ((8, 128, 1, 128), 262144)
+    assert allocated(kv) == 1441792
+
+
+def test_c08_sparse_layers_without_indexer_get_no_indexer_buffer():
+    shared_idx, own_idx = sparse_spec(16, (512, 64, 0)), sparse_spec(16, (512, 64, 128))
+    assert (shared_idx.page_size_bytes, own_idx.page_size_bytes) == (18432, 22528)
+    config = KVCacheConfig(
+        2,
+        [KVCacheTensor(45056, [A(0)]), KVCacheTensor(36864, [A(1)])],
+        [KVCacheGroupSpec([A(0)], own_idx), KVCacheGroupSpec([A(1)], shared_idx)],
+    )
+    _, kv = init(config, mla_dims=(512, 64), index_head_dim=128)
+    assert [(tuple(t.shape), t.numel() * 2) for t in kv[A(1)]] == [((2, 16, 1, 512), 32768), ((2, 16, 1, 64), 4096)]
+    assert [(tuple(t.shape), t.numel() * 2) for t in kv[A(0)]] == [
+        ((2, 16, 1, 512), 32768),
+        ((2, 16, 1, 64), 4096),
+        ((2, 16, 1, 128), 8192),
+    ]
+    assert allocated(kv) == 45056 + 36864
+
+
+def test_attention_layers_whose_parts_differ_cannot_share_a_tensor():
+    wide = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=128, dtype=BF16)  # 8192
+    narrow = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)  # 8192
+    config = KVCacheConfig(
+        2, [KVCacheTensor(16384, [A(0), A(1)])], [KVCacheGroupSpec([A(0)], wide), KVCacheGroupSpec([A(1)], narrow)]
+    )
+    with pytest.raises(KVCacheLayoutError, match="cannot live in one set of buffers"):
+        init(config)
+
+
+def test_runner_only_and_kv_sharing_layers_get_no_buffer_of_their_own():
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)  # 4096
+    config = KVCacheConfig(2, [KVCacheTensor(8192, [A(0)])], [KVCacheGroupSpec([A(0), A(1)], spec)])
+    runner, kv = init(config, runner_only_attn_layers=[A(1)], shared_kv_cache_layers={A(2): A(0)})
+    assert set(kv) == {A(0), A(2)}
+    assert kv[A(2)] is kv[A(0)]
+    assert allocated(kv) == 8192
+
+
+def test_full_and_sliding_window_layers_of_different_groups_share_k_and_v():
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+    full = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)
+    swa = SlidingWindowSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16, sliding_window=64)
+    config = KVCacheConfig(
+        4, [KVCacheTensor(16384, [A(0), A(1)])], [KVCacheGroupSpec([A(0)], full), KVCacheGroupSpec([A(1)], swa)]
+    )
+    _, kv = init(config)
+    assert [t.data_ptr() for t in kv[A(0)]] == [t.data_ptr() for t in kv[A(1)]]
+    assert allocated(kv) == 16384
