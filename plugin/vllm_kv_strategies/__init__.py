@@ -10,6 +10,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+#: What register() decided in this process: None (not yet), "off", "stock"
+#: (left stock: unsupported release or a failure) or the patched platform.
 _registered_platform: str | None = None
 
 
@@ -29,12 +31,13 @@ def register() -> None:
     from .logger import PREFIX, logger
 
     mode = envs.KV_STRATEGIES  # the one error register() lets through
+    if _registered_platform is not None:  # decided already in this process
+        return
     if mode == "off":
-        if _registered_platform is None:
-            logger.info("%s off (KV_STRATEGIES=off): nothing patched", PREFIX)
+        _registered_platform = "off"
+        logger.info("%s off (KV_STRATEGIES=off): nothing patched", PREFIX)
         return
-    if _registered_platform is not None:
-        return
+    _registered_platform = "stock"  # until the adapter is installed
     try:
         from . import adapters, compat
 

@@ -146,7 +146,7 @@ def full_attention_spec_types() -> tuple[type, ...]:
 
 
 def mla_spec_types() -> tuple[type, ...]:
-    return _spec_types("MLAAttentionSpec")
+    return _spec_types("MLAAttentionSpec", "SlidingWindowMLASpec")
 
 
 def mamba_spec_types() -> tuple[type, ...]:
@@ -199,7 +199,10 @@ def require_dense_attention(spec: Any, kind: str) -> None:
         if getattr(spec, name, plain) != plain:
             packed[name] = getattr(spec, name)
     cache_dtype = getattr(spec, "cache_dtype_str", None)
-    if cache_dtype is not None and cache_dtype not in ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3"):
+    dense_dtype = cache_dtype in (None, "auto", "bfloat16", "float16", "float32") or (
+        cache_dtype.startswith("fp8") and not cache_dtype.endswith("_ds_mla")
+    )
+    if not dense_dtype:
         packed["cache_dtype_str"] = cache_dtype
     if packed:
         raise UnsupportedSpecError(

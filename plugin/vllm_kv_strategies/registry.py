@@ -92,13 +92,19 @@ class StrategyRegistry:
                 seen.setdefault(type(s), s)
         return list(seen.values())
 
+    def served_types(self, strategy: KVCacheStrategy) -> list[type]:
+        """The spec classes ``strategy`` is registered for."""
+        return [t for t, entries in self._by_type.items() if strategy in entries]
+
+    @staticmethod
+    def has_predicate(strategy: KVCacheStrategy) -> bool:
+        return _has_predicate(strategy)
+
     def describe(self) -> str:
-        """e.g. ``full_attention (FullAttentionSpec, SlidingWindowSpec), mla (...)``."""
-        rows = []
-        for s in self.strategies():
-            types = ", ".join(t.__name__ for t, ss in self._by_type.items() if s in ss)
-            rows.append(f"{s.name} ({types})")
-        return "; ".join(rows)
+        """e.g. ``full_attention (FullAttentionSpec, SlidingWindowSpec); mla (...)``."""
+        return "; ".join(
+            f"{s.name} ({', '.join(t.__name__ for t in self.served_types(s))})" for s in self.strategies()
+        )
 
 
 def load_entry_point_strategies(registry: StrategyRegistry, eps: Iterable[Any] | None = None) -> None:

@@ -164,8 +164,9 @@ def info_lines(kv_log) -> list[str]:
 def test_off_leaves_the_runner_stock_and_installs_no_hook(monkeypatch, kv_log):
     monkeypatch.setenv("KV_STRATEGIES", "off")
     vllm_kv_strategies.register()
+    vllm_kv_strategies.register()  # decided once per process: no second line
     assert_stock()
-    assert vllm_kv_strategies._registered_platform is None
+    assert vllm_kv_strategies._registered_platform == "off"
     assert info_lines(kv_log) == ["kv_strategies: off (KV_STRATEGIES=off): nothing patched"]
     assert kv_log.at(logging.WARNING) == []
 
@@ -268,8 +269,9 @@ def test_patched_method_delegates_to_the_adapter(monkeypatch):
 def test_auto_on_an_undeclared_release_stays_stock_then_on_patches(monkeypatch, kv_log, declared, named):
     monkeypatch.setattr(compat, "UPSTREAM_VLLM_RELEASES", declared)
     vllm_kv_strategies.register()
+    vllm_kv_strategies.register()  # decided once per process: one warning
     assert_stock()
-    assert vllm_kv_strategies._registered_platform is None
+    assert vllm_kv_strategies._registered_platform == "stock"
     [warning] = kv_log.at(logging.WARNING)
     assert warning.startswith("kv_strategies: vLLM 0.32.0 is not in the support matrix (")
     assert "stock KV cache is used" in warning
@@ -279,6 +281,7 @@ def test_auto_on_an_undeclared_release_stays_stock_then_on_patches(monkeypatch, 
     assert info_lines(kv_log) == []
 
     kv_log.clear()
+    vllm_kv_strategies.unregister()  # a new process, in effect
     monkeypatch.setenv("KV_STRATEGIES", "on")
     vllm_kv_strategies.register()
     assert_patched_once()
@@ -303,7 +306,7 @@ def test_a_failure_while_installing_is_logged_not_raised(monkeypatch, kv_log):
     monkeypatch.setattr(adapters, "install", boom)
     vllm_kv_strategies.register()  # must not raise: vLLM does not catch it
     assert_stock()
-    assert vllm_kv_strategies._registered_platform is None
+    assert vllm_kv_strategies._registered_platform == "stock"
     [warning] = kv_log.at(logging.WARNING)
     assert warning.startswith("kv_strategies: not active, vLLM's stock KV cache is used")
     assert "boom while installing" in warning
@@ -373,7 +376,7 @@ def test_import_and_register_in_a_fresh_process_import_neither_torch_nor_vllm(mo
     assert result["heavy_after_import"] == []
     assert result["heavy_after_register"] == []
     if mode == "off":
-        assert result["hook"] is False and result["pending"] == [] and result["platform"] is None
+        assert result["hook"] is False and result["pending"] == [] and result["platform"] == "off"
     else:  # the control: auto does install the hook
         assert result["hook"] is True
         assert result["pending"] == ["vllm.v1.worker.gpu_model_runner"]

@@ -212,8 +212,8 @@ def test_unknown_spec_message_names_a_test_class(builtins):
 def test_describe_lists_kinds_and_their_spec_classes(builtins):
     assert set(builtins.describe().split("; ")) == {
         "full_attention (FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec)",
-        "sparse_mla (MLAAttentionSpec)",
-        "mla (MLAAttentionSpec)",
+        "sparse_mla (MLAAttentionSpec, SlidingWindowMLASpec)",
+        "mla (MLAAttentionSpec, SlidingWindowMLASpec)",
         "mamba (MambaSpec)",
     }
 

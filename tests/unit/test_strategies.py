@@ -430,3 +430,15 @@ def test_mla_page_matches_vllm(block_size, nope, rope, dtype):
 def test_mamba_page_matches_vllm(states):
     spec = MambaSpec(block_size=16, shapes=tuple(s for s, _ in states), dtypes=tuple(d for _, d in states))
     assert MambaStrategy().page_size_bytes(spec, NO_DIMS) == spec.real_page_size_bytes
+
+
+def test_sliding_window_mla_resolves_to_mla_with_nope_and_rope():
+    from vllm.v1.kv_cache_interface import SlidingWindowMLASpec
+
+    from vllm_kv_strategies.registry import default_registry
+
+    spec = SlidingWindowMLASpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.bfloat16, sliding_window=128)
+    strategy = default_registry().resolve(spec)
+    assert strategy.name == "mla"
+    parts = strategy.page_parts(spec, ModelDims(kv_lora_rank=512, qk_rope_head_dim=64))
+    assert [(p.name, p.shape, p.nbytes) for p in parts] == [("nope", (16, 1, 512), 16384), ("rope", (16, 1, 64), 2048)]
