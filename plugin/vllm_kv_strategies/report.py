@@ -36,7 +36,7 @@ class KVCacheSummary:
         per = ", ".join(f"{k}={v}" for k, v in sorted(self.layers_per_strategy.items()))
         return (
             f"{PREFIX} rank {self.rank}: built {sum(self.layers_per_strategy.values())} layers "
-            f"({per}) in {self.raw_buffers} raw buffers; {self.bytes_allocated} bytes allocated "
+            f"({per}) in {self.raw_buffers} raw buffer{'s' if self.raw_buffers != 1 else ''}; {self.bytes_allocated} bytes allocated "
             f"({self.bytes_allocated / 2**30:.3f} GiB, required {self.bytes_required}); "
             f"num_blocks {self.num_blocks}, {self.tokens} tokens"
         )
