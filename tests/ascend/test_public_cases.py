@@ -253,3 +253,15 @@ def test_full_and_sliding_window_layers_of_different_groups_share_k_and_v():
     _, kv = init(config)
     assert [t.data_ptr() for t in kv[A(0)]] == [t.data_ptr() for t in kv[A(1)]]
     assert allocated(kv) == 16384
+
+
+def test_k_and_v_of_different_widths_split_exactly():
+    # Stock splits the tensor with float factors (5/3 and 5/2 here) and loses a byte.
+    spec = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=192, head_size_v=128, dtype=BF16)
+    assert spec.page_size_bytes == 128 * (192 + 128) * 2 == 81920
+    config = KVCacheConfig(3, [KVCacheTensor(245760, [A(0)])], [KVCacheGroupSpec([A(0)], spec)])
+    _, kv = init(config)
+    k, v = kv[A(0)]
+    assert (tuple(k.shape), k.numel() * 2) == ((3, 128, 1, 192), 147456)
+    assert (tuple(v.shape), v.numel() * 2) == ((3, 128, 1, 128), 98304)
+    assert allocated(kv) == 245760
