@@ -57,6 +57,17 @@ def _doctor(_: argparse.Namespace) -> int:
     return 0 if active else 1
 
 
+def _report(args: argparse.Namespace) -> int:
+    from .report import compare, render
+
+    reports = []
+    for path in args.files:
+        with open(path) as f:
+            reports.append(json.load(f))
+    print(render(reports[0]) if len(reports) == 1 else compare(*reports))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m vllm_kv_strategies",
@@ -70,7 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(fn=_matrix)
     sub.add_parser("doctor", help="check the installation; exit 0 when the plugin would be active").set_defaults(fn=_doctor)
+    p = sub.add_parser(
+        "report",
+        help="render a KV cache report (KV_STRATEGIES_REPORT=DIR), or compare two (e.g. stock vs plugin)",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="one report to render, or A B to compare")
+    p.set_defaults(fn=_report)
     args = parser.parse_args(argv)
+    if args.command == "report" and len(args.files) > 2:
+        parser.error("report takes one FILE, or two to compare")
     return args.fn(args)
 
 

@@ -33,6 +33,9 @@ environment_variables: dict[str, Callable[[], Any]] = {
     # vllm-ascend release is in the support matrix. "on": patch on any
     # release, warning on undeclared ones. "off": patch nothing.
     "KV_STRATEGIES": _choice("KV_STRATEGIES", "auto", MODES),
+    # A directory: each worker also writes its KV cache report there as
+    # kv_cache_report.rank{rank}.json (see `python -m vllm_kv_strategies report`).
+    "KV_STRATEGIES_REPORT": lambda: os.getenv("KV_STRATEGIES_REPORT", ""),
     # Test only. "share_group_cache" binds the second layer of the first KV
     # cache group with two or more layers to the first layer's cache, a fault
     # the end-to-end tests must detect. Never set it in production.

@@ -18,6 +18,8 @@ import torch
 import runner_factory as rf
 
 from vllm_kv_strategies import compat, patching
+from vllm_kv_strategies.plan import plan_kv_cache
+from vllm_kv_strategies.report import build_report
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
 
 MODELS = {
@@ -103,4 +105,12 @@ def test_plugin_equals_stock(name, kv_transfer, capsys):
         if layer in ours:
             assert module.kv_cache is not None
     assert len(ours_runner.kv_caches) == len(stock_runner.kv_caches)
+    # The report measures both sides the same way, from the tensors.
+    plan = plan_kv_cache(config, AscendAdapter.layer_dims(ours_runner), skip_layers=ours_runner.runner_only_attn_layers)
+    t_ours = build_report(plan, ours, strided=False)["totals"]
+    t_stock = build_report(plan, stock, strided=False)["totals"]
+    assert t_ours["bytes_required"] == required and t_ours["duplicated_bytes"] == 0
+    assert t_ours["alignment_padding"] == (TRANSFER_ALIGNMENT * t_ours["raw_buffers"] if kv_transfer else 0)
+    assert (t_ours["bytes_allocated"], t_ours["num_blocks"], t_ours["tokens"]) == (
+        t_stock["bytes_allocated"], t_stock["num_blocks"], t_stock["tokens"])
     print(f"{name} transfer={kv_transfer}: stock {stock_bytes} bytes, plugin {ours_bytes} bytes, required {required}")
