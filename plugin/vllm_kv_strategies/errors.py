@@ -15,3 +15,7 @@ class KVCacheLayoutError(KVStrategiesError, ValueError):
 
 class KVCacheAllocationError(KVStrategiesError, MemoryError):
     """Allocating a KV cache buffer failed; nothing was bound to the model."""
+
+
+class IncompatibleRunnerError(KVStrategiesError):
+    """The model runner lacks state the adapter reads (an unsupported release)."""

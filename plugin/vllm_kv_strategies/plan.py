@@ -16,6 +16,7 @@ from typing import Any
 
 from . import compat
 from .errors import KVCacheLayoutError
+from .logger import PREFIX, logger
 from .registry import StrategyRegistry, default_registry
 from .strategies import KVCacheStrategy, ModelDims, PagePart
 
@@ -111,8 +112,23 @@ def plan_kv_cache(
                 raise KVCacheLayoutError(
                     f"layer {name!r} ({type(spec).__name__}, group {gid}) is served by no KV cache tensor"
                 )
-            strategy = registry.resolve(spec)
-            parts = strategy.page_parts(spec, dims(name) if callable(dims) else dims)
+            strategy, parts = _resolve_parts(registry, name, spec, dims(name) if callable(dims) else dims)
+            plan.layers[name] = LayerPlan(name, gid, spec, strategy, parts, tensor_of[name])
+    return plan
+
+
+def _resolve_parts(
+    registry: StrategyRegistry, name: str, spec: Any, dims: ModelDims
+) -> tuple[KVCacheStrategy, tuple[PagePart, ...]]:
+    """Resolve ``spec`` and check its parts against the spec's page size.
+
+    A third-party strategy that fails here is logged and refused (removed from
+    the registry) and the spec is resolved again; a built-in one raises.
+    """
+    while True:
+        strategy = registry.resolve(spec)
+        try:
+            parts = strategy.page_parts(spec, dims)
             page = sum(p.nbytes for p in parts)
             if page != compat.unpadded_page_bytes(spec):
                 raise KVCacheLayoutError(
@@ -120,5 +136,9 @@ def plan_kv_cache(
                     f"({', '.join(f'{p.name} {p.nbytes}' for p in parts)}) but "
                     f"{type(spec).__name__} says {compat.unpadded_page_bytes(spec)}"
                 )
-            plan.layers[name] = LayerPlan(name, gid, spec, strategy, parts, tensor_of[name])
-    return plan
+            return strategy, parts
+        except Exception as exc:
+            if registry.is_builtin(strategy):
+                raise
+            logger.warning("%s refused third-party strategy %r: %s", PREFIX, strategy, exc)
+            registry.refuse(strategy)

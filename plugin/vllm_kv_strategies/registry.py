@@ -65,6 +65,16 @@ class StrategyRegistry:
             entries.sort(key=lambda s: not _has_predicate(s))
         return strategy
 
+    def refuse(self, strategy: KVCacheStrategy) -> None:
+        """Remove ``strategy`` from every spec class it serves."""
+        for entries in self._by_type.values():
+            if strategy in entries:
+                entries.remove(strategy)
+
+    @staticmethod
+    def is_builtin(strategy: KVCacheStrategy) -> bool:
+        return type(strategy) in BUILTIN_STRATEGIES
+
     def find(self, spec: Any) -> KVCacheStrategy | None:
         """The strategy for ``spec``, or None if no strategy handles it."""
         for cls in type(spec).__mro__:

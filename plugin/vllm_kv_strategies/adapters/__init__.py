@@ -25,7 +25,7 @@ def _adapter(platform: str):
 
 
 def target_of(platform: str) -> compat.PatchTarget:
-    return compat.ASCEND_TARGET if platform == "ascend" else compat.UPSTREAM_TARGET
+    return compat.ascend_target() if platform == "ascend" else compat.UPSTREAM_TARGET
 
 
 def install(platform: str) -> compat.PatchTarget:

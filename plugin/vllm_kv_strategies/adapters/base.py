@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import compat, envs, patching
-from ..errors import UnsupportedSpecError
+from ..errors import IncompatibleRunnerError, KVCacheAllocationError, UnsupportedSpecError
 from ..logger import PREFIX, logger
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import ModelDims
@@ -25,6 +25,9 @@ class RunnerAdapter(ABC):
     """
 
     target: compat.PatchTarget
+    #: Runner attributes the replacements read; a runner lacking one is an
+    #: unsupported release (stock is kept in ``auto``).
+    runner_attrs: tuple[str, ...] = ()
 
     @abstractmethod
     def replacements(self) -> dict[str, Callable[..., Any]]:
@@ -63,17 +66,22 @@ class RunnerAdapter(ABC):
     def plan_or_fallback(self, runner: Any, kv_cache_config: Any) -> KVCachePlan | None:
         """Plan every layer; None means "use stock for this runner".
 
-        In ``auto`` a spec kind no strategy handles keeps stock behaviour for
-        all layers (never a mix) with one warning; with ``KV_STRATEGIES=on``
-        the error propagates.
+        In ``auto`` a spec kind no strategy handles, or a runner without the
+        state this adapter reads, keeps stock behaviour for all layers (never a
+        mix) with one warning; with ``KV_STRATEGIES=on`` the error propagates.
         """
         try:
+            missing = [a for a in self.runner_attrs if not hasattr(runner, a)]
+            if missing:
+                raise IncompatibleRunnerError(
+                    f"{type(runner).__qualname__} has no {', '.join(missing)}; this release is not supported"
+                )
             return plan_kv_cache(
                 kv_cache_config,
                 self.layer_dims(runner),
                 skip_layers=set(getattr(runner, "runner_only_attn_layers", ()) or ()),
             )
-        except UnsupportedSpecError as exc:
+        except (UnsupportedSpecError, IncompatibleRunnerError) as exc:
             if envs.KV_STRATEGIES == "on":
                 raise
             logger.warning("%s falling back to stock KV cache for all layers: %s", PREFIX, exc)
@@ -93,3 +101,25 @@ class RunnerAdapter(ABC):
                 logger.warning("%s TEST FAULT: %s bound to the cache of %s", PREFIX, names[1], names[0])
                 kv_caches[names[1]] = kv_caches[names[0]]
                 return
+
+
+def allocate_bytes(nbytes: int, device: Any, layer: str) -> Any:
+    """``torch.zeros(nbytes, int8)`` on ``device``; a failure becomes a
+    :class:`KVCacheAllocationError` naming the layer, the bytes asked for and,
+    where the device reports it, the bytes free."""
+    import torch
+
+    try:
+        return torch.zeros(nbytes, dtype=torch.int8, device=device)
+    except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        free = ""
+        device_type = getattr(device, "type", str(device))
+        module = getattr(torch, device_type, None)
+        if device_type != "cpu" and hasattr(module, "mem_get_info"):
+            try:
+                free = f" ({module.mem_get_info(device)[0]} bytes free)"
+            except Exception:
+                pass
+        raise KVCacheAllocationError(
+            f"allocating {nbytes} bytes of KV cache for layer {layer!r} failed{free}: {exc}"
+        ) from exc

@@ -22,7 +22,7 @@ from .. import compat
 from ..errors import KVCacheLayoutError
 from ..plan import KVCachePlan
 from ..report import log_summary
-from .base import RunnerAdapter
+from .base import RunnerAdapter, allocate_bytes
 
 
 def allocate_upstream(
@@ -53,13 +53,18 @@ def allocate_upstream(
     config = plan.kv_cache_config
     # Check every tensor before allocating anything.
     for tid, tensor in enumerate(tensors):
+        num_blocks = compat.tensor_num_blocks(config, tensor)
+        last_layer = len(compat.tensor_layers(tensor)) - 1
         for lp in plan.layers_of(tid):
-            if tensor.block_stride < lp.page_bytes:
+            end = tensor.offset + last_layer * tensor.layer_stride + (num_blocks - 1) * tensor.block_stride + lp.page_bytes
+            if tensor.block_stride < lp.page_bytes or end > tensor.size:
                 raise KVCacheLayoutError(
-                    f"layer {lp.name!r} ({type(lp.spec).__name__}): block stride {tensor.block_stride} "
-                    f"bytes < page {lp.page_bytes} bytes ({lp.strategy.name})"
+                    f"layer {lp.name!r} ({type(lp.spec).__name__}, {lp.strategy.name}, page {lp.page_bytes} "
+                    f"bytes): KV cache tensor {tid} (block stride {tensor.block_stride}, layer stride "
+                    f"{tensor.layer_stride}, offset {tensor.offset}) needs {end} bytes for {num_blocks} "
+                    f"blocks but has {tensor.size}"
                 )
-    buf = torch.zeros(sizes.pop(), dtype=torch.int8, device=device)
+    buf = allocate_bytes(sizes.pop(), device, "all layers (one backing allocation)")
     kv_caches: dict[str, torch.Tensor] = {}
     for tid, tensor in enumerate(tensors):
         layers = plan.layers_of(tid)
@@ -81,6 +86,16 @@ def allocate_upstream(
 
 class UpstreamAdapter(RunnerAdapter):
     target = compat.UPSTREAM_TARGET
+    runner_attrs = (
+        "device",
+        "cache_config",
+        "model_config",
+        "shared_kv_cache_layers",
+        "attn_groups",
+        "speculative_config",
+        "compilation_config",
+        "kv_caches",
+    )
 
     def replacements(self) -> dict[str, Any]:
         return {"initialize_kv_cache_tensors": self.initialize_kv_cache_tensors}

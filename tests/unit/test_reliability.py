@@ -1,0 +1,129 @@
+"""Validation before allocation, safe fallback, clean failure, misbehaving
+third-party strategies (upstream adapter; the Ascend ones are in tests/ascend)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+from test_upstream_adapter import dense, make_config, make_runner, run_both
+
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+
+from vllm_kv_strategies import patching
+from vllm_kv_strategies.adapters import base as adapter_base
+from vllm_kv_strategies.adapters.upstream import UpstreamAdapter
+from vllm_kv_strategies.errors import IncompatibleRunnerError, KVCacheAllocationError, KVCacheLayoutError
+from vllm_kv_strategies.plan import plan_kv_cache
+from vllm_kv_strategies.registry import default_registry
+from vllm_kv_strategies.strategies import FullAttentionStrategy, KVCacheStrategy, PagePart
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+BF16 = torch.bfloat16
+NAMES = [f"model.layers.{i}.self_attn.attn" for i in range(2)]
+SPEC = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)  # 4096 B/block
+
+
+def strided_config(size=16384 * 2, num_blocks=4, block_stride=4096, layer_stride=16384):
+    return KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[KVCacheTensor(size=size, layers=NAMES, layer_stride=layer_stride, block_stride=block_stride)],
+        kv_cache_groups=[KVCacheGroupSpec(list(NAMES), SPEC)],
+    )
+
+
+def ours(runner, config):
+    stock = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
+    return UpstreamAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config), None)
+
+
+def fresh_runner():
+    vllm_config, _ = make_config({NAMES[0]: SPEC}, "LBHNC", 1 << 20)
+    return make_runner(vllm_config, NAMES)
+
+
+def test_a_tensor_too_small_for_its_layers_is_refused_before_allocating(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: calls.append(a) or pytest.fail("allocated"))
+    runner = fresh_runner()
+    with pytest.raises(KVCacheLayoutError) as info:
+        ours(runner, strided_config(size=16384 * 2 - 1))
+    message = str(info.value)
+    assert "model.layers.0.self_attn.attn" in message and "FullAttentionSpec" in message
+    assert "needs 32768 bytes for 4 blocks but has 32767" in message
+    assert calls == [] and runner.kv_caches == []
+
+
+def test_a_layer_served_by_two_tensors_is_refused():
+    config = strided_config()
+    config.kv_cache_tensors.append(KVCacheTensor(size=32768, layers=[NAMES[0]], layer_stride=16384, block_stride=4096))
+    with pytest.raises(KVCacheLayoutError, match="served by KV cache tensors 0 and 1"):
+        plan_kv_cache(config)
+
+
+def test_a_layer_served_by_no_tensor_is_refused():
+    config = strided_config()
+    config.kv_cache_tensors[0].layers = [NAMES[0]]
+    with pytest.raises(KVCacheLayoutError, match=r"'model.layers.1.self_attn.attn' \(FullAttentionSpec, group 0\) is served by no KV cache tensor"):
+        plan_kv_cache(config)
+
+
+def test_allocation_failure_names_layer_and_bytes_and_binds_nothing(monkeypatch):
+    def oom(*args, **kwargs):
+        raise RuntimeError("CPU out of memory")
+
+    monkeypatch.setattr(torch, "zeros", oom)
+    runner = fresh_runner()
+    with pytest.raises(KVCacheAllocationError, match=r"allocating 32768 bytes of KV cache .* failed: CPU out of memory"):
+        ours(runner, strided_config())
+    assert runner.kv_caches == []
+    assert all(layer.kv_cache is None for layer in runner.compilation_config.static_forward_context.values())
+
+
+def test_incompatible_runner_falls_back_in_auto_and_raises_when_on(monkeypatch, kv_log):
+    runner = fresh_runner()
+    del runner.speculative_config
+    sentinel = {"stock": True}
+    stock = lambda *args: sentinel  # noqa: E731
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    assert UpstreamAdapter().initialize_kv_cache_tensors(stock, runner, strided_config(), None) is sentinel
+    [warning] = kv_log.at(logging.WARNING)
+    assert "falling back to stock KV cache for all layers" in warning and "speculative_config" in warning
+    monkeypatch.setenv("KV_STRATEGIES", "on")
+    with pytest.raises(IncompatibleRunnerError, match="speculative_config"):
+        UpstreamAdapter().initialize_kv_cache_tensors(stock, runner, strided_config(), None)
+
+
+class WrongPage(KVCacheStrategy):
+    """A third-party strategy that claims full attention but forgets V."""
+
+    name = "wrong_page"
+
+    @classmethod
+    def spec_types(cls):
+        return (FullAttentionSpec,)
+
+    def matches(self, spec):
+        return True
+
+    def page_parts(self, spec, dims):
+        return (PagePart("k", spec.dtype, (spec.block_size, spec.num_kv_heads, spec.head_size)),)
+
+
+def test_a_third_party_strategy_with_a_wrong_page_is_refused_and_builtins_keep_working(kv_log):
+    registry = default_registry()
+    registry.register(WrongPage)
+    assert registry.resolve(SPEC).name == "wrong_page"
+    plan = plan_kv_cache(strided_config())
+    assert {lp.strategy.name for lp in plan.layers.values()} == {"full_attention"}
+    [warning] = kv_log.at(logging.WARNING)
+    assert "refused third-party strategy WrongPage()" in warning and "2048" in warning and "4096" in warning
+    assert registry.resolve(SPEC).name == "full_attention"
+
+
+def test_a_builtin_whose_parts_disagree_with_the_spec_raises(monkeypatch):
+    monkeypatch.setattr(FullAttentionStrategy, "page_parts", WrongPage.page_parts)
+    with pytest.raises(KVCacheLayoutError, match=r"strategy full_attention lays out 2048 bytes per block \(k 2048\) but FullAttentionSpec says 4096"):
+        plan_kv_cache(strided_config())
