@@ -1,0 +1,146 @@
+"""Memory, capacity and init time: stock vllm-ascend against the plugin, side by side.
+
+Run in an Ascend cell's environment (tools/test.sh builds them under .venv/):
+
+    .venv/ascend-0.23.0/bin/python benchmarks/ascend_memory.py [--budget-mib 1024] [--repeats 5] [--quick] [--json OUT]
+
+For the real layer configurations of Qwen3-Next-80B-A3B (TP 4), DeepSeek-V3 (MLA),
+DeepSeek-V3.2-Exp (sparse MLA) and Qwen3-8B (dense), with the same per-device KV
+budget, the stock NPUModelRunner methods and the plugin's run in one process on CPU
+tensors (torch_npu stubbed, tests/ascend/npu_stubs.py), with and without
+kv_transfer_config. Both sides are measured by the same code (the plugin's report,
+which counts storages and view extents). Then the KV cache initialisation time of
+61-layer DeepSeek-V3 and 48-layer Qwen3-Next, median of --repeats runs, as
+plugin / stock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "ascend"))
+os.environ.setdefault("KV_STRATEGIES", "off")  # both sides are called explicitly
+
+import importlib.metadata  # noqa: E402
+
+import npu_stubs  # noqa: E402
+
+npu_stubs.install(importlib.metadata.version("vllm-ascend"))
+
+import logging  # noqa: E402
+
+import runner_factory as rf  # noqa: E402
+
+logging.getLogger("vllm.kv_strategies").setLevel(logging.WARNING)  # no summary lines in the tables
+
+from vllm_kv_strategies import patching  # noqa: E402
+from vllm_kv_strategies.adapters.ascend import AscendAdapter  # noqa: E402
+from vllm_kv_strategies.plan import plan_kv_cache  # noqa: E402
+from vllm_kv_strategies.report import build_report  # noqa: E402
+
+MODELS = {
+    "Qwen3-Next-80B-A3B TP4": lambda n: rf.qwen3_next(tp=4, num_blocks=n),
+    "DeepSeek-V3": lambda n: rf.deepseek_v3(num_blocks=n),
+    "DeepSeek-V3.2-Exp": lambda n: rf.deepseek_v32(num_blocks=n),
+    "Qwen3-8B": lambda n: rf.qwen3_8b(num_blocks=n),
+}
+
+
+def stock(runner, config):
+    return patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")(runner, config)
+
+
+def plugin(runner, config):
+    stock_method = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
+    return AscendAdapter().initialize_kv_cache_tensors(stock_method, runner, config)
+
+
+def measure(model, fn, transfer: bool) -> dict:
+    runner = model.make_runner(kv_transfer=transfer)
+    config = copy.deepcopy(model.kv_cache_config)
+    try:
+        caches = fn(runner, config)
+    except Exception as exc:  # stock fails on some configs of some releases
+        return {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    plan = plan_kv_cache(config, AscendAdapter.layer_dims(runner), skip_layers=runner.runner_only_attn_layers)
+    totals = build_report(plan, caches, strided=False)["totals"]
+    del caches
+    return totals
+
+
+def blocks_for(budget: int, build) -> int:
+    probe = build(4)
+    per_block = sum(t.size for t in probe.kv_cache_config.kv_cache_tensors) // 4
+    return max(1, budget // per_block)
+
+
+def init_time(model, fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        runner = model.make_runner()
+        config = copy.deepcopy(model.kv_cache_config)
+        start = time.perf_counter()
+        fn(runner, config)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--budget-mib", type=int, default=1024, help="per-device KV budget (MiB)")
+    ap.add_argument("--repeats", type=int, default=5, help="runs per init-time median")
+    ap.add_argument("--quick", action="store_true", help="tiny budget and 1 repeat: checks the benchmark runs (CI)")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    budget = (16 if args.quick else args.budget_mib) << 20
+    repeats = 1 if args.quick else args.repeats
+    version = importlib.metadata.version("vllm-ascend")
+    results = {"vllm_ascend": version, "budget_bytes": budget, "memory": [], "init_time": []}
+
+    print(f"vllm-ascend {version}, per-device KV budget {budget >> 20} MiB")
+    print(f"| model | transfer | side | bytes allocated | bytes required | allocated / required | padding per buffer | num_blocks | tokens |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, build in MODELS.items():
+        model = build(blocks_for(budget, build))
+        for transfer in (False, True):
+            row = {"model": name, "transfer": transfer}
+            for side, fn in (("stock", stock), ("plugin", plugin)):
+                t = measure(model, fn, transfer)
+                row[side] = t
+                if "error" in t:
+                    print(f"| {name} | {transfer} | {side} | {t['error']} |||||||")
+                    continue
+                ratio = t["bytes_allocated"] / t["bytes_required"]
+                pad = t["alignment_padding"] / max(1, t["raw_buffers"])
+                print(f"| {name} | {transfer} | {side} | {t['bytes_allocated']:,} | {t['bytes_required']:,} | {ratio:.3f} | {pad:,.0f} | {t['num_blocks']} | {t['tokens']:,} |")
+            if "error" not in row["stock"]:
+                row["plugin_over_stock"] = row["plugin"]["bytes_allocated"] / row["stock"]["bytes_allocated"]
+            results["memory"].append(row)
+
+    print()
+    print("| model | stock init (ms, median) | plugin init (ms, median) | plugin / stock |")
+    print("|---|---|---|---|")
+    for name, build in (("DeepSeek-V3 (61 layers)", lambda: rf.deepseek_v3(num_blocks=64)), ("Qwen3-Next-80B-A3B (48 layers)", lambda: rf.qwen3_next(tp=4, num_blocks=16))):
+        model = build()
+        try:
+            s = init_time(model, stock, repeats)
+        except Exception as exc:
+            s = float("nan")
+            print(f"stock failed: {exc}")
+        p = init_time(model, plugin, repeats)
+        print(f"| {name} | {s * 1e3:.1f} | {p * 1e3:.1f} | {p / s:.2f} |")
+        results["init_time"].append({"model": name, "stock_s": s, "plugin_s": p, "repeats": repeats})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
