@@ -106,6 +106,10 @@ def main(argv=None) -> int:
     ap.add_argument("--logprobs", type=int, default=5, help="top-k logprobs per step")
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument(
+        "--tensor-parallel-size", type=int, default=1,
+        help="workers (CPU: needs VLLM_CPU_OMP_THREADS_BIND, e.g. '0|1' for 2)",
+    )
+    ap.add_argument(
         "--no-enforce-eager", dest="enforce_eager", action="store_false",
         help="let vLLM torch.compile the model (slow on CPU)",
     )
@@ -130,6 +134,7 @@ def main(argv=None) -> int:
         tokenizer=args.model_dir,
         max_model_len=args.max_model_len,
         max_num_seqs=1,
+        tensor_parallel_size=args.tensor_parallel_size,
         enforce_eager=args.enforce_eager,
         seed=0,
     )
