@@ -30,7 +30,8 @@ def register() -> None:
     from . import envs
     from .logger import PREFIX, logger
 
-    mode = envs.KV_STRATEGIES  # the one error register() lets through
+    mode = envs.KV_STRATEGIES  # an invalid value is the one error register() lets through
+    envs.KV_STRATEGIES_TEST_FAULT  # fail at start-up, not at KV cache initialisation
     if _registered_platform is not None:  # decided already in this process
         return
     if mode == "off":

@@ -62,8 +62,16 @@ def _report(args: argparse.Namespace) -> int:
 
     reports = []
     for path in args.files:
-        with open(path) as f:
-            reports.append(json.load(f))
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as exc:
+            print(f"error: cannot read KV cache report {path}: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(data, dict) or "totals" not in data or "layers" not in data:
+            print(f"error: {path} is not a KV cache report (KV_STRATEGIES_REPORT output)", file=sys.stderr)
+            return 2
+        reports.append(data)
     print(render(reports[0]) if len(reports) == 1 else compare(*reports))
     return 0
 
@@ -83,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("doctor", help="check the installation; exit 0 when the plugin would be active").set_defaults(fn=_doctor)
     p = sub.add_parser(
         "report",
-        help="render a KV cache report (KV_STRATEGIES_REPORT=DIR), or compare two (e.g. stock vs plugin)",
+        help="render a KV cache report (written with KV_STRATEGIES_REPORT=DIR), or compare two (e.g. two releases or configs)",
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="one report to render, or A B to compare")
     p.set_defaults(fn=_report)

@@ -16,7 +16,7 @@ TEST_FAULTS = ("", "share_group_cache")
 
 def _choice(name: str, default: str, choices: tuple[str, ...]) -> Callable[[], str]:
     def read() -> str:
-        value = os.getenv(name, default).strip().lower()
+        value = (os.getenv(name) or default).strip().lower()  # set but empty = default
         if value not in choices:
             shown = ", ".join(repr(c) for c in choices)
             raise ValueError(

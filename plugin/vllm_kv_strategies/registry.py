@@ -44,7 +44,11 @@ class StrategyRegistry:
             strategy = strategy()
         if not isinstance(strategy, KVCacheStrategy):
             raise TypeError(f"{strategy!r} is not a KVCacheStrategy (class or instance)")
+        if not isinstance(getattr(strategy, "name", None), str):
+            raise TypeError(f"{type(strategy).__qualname__} has no str 'name'")
         spec_types = tuple(strategy.spec_types())
+        if not spec_types or not all(isinstance(t, type) for t in spec_types):
+            raise TypeError(f"{type(strategy).__qualname__}.spec_types() must return classes, got {spec_types!r}")
         # Check every class before changing any: a refused strategy must not
         # stay registered for the classes listed before the clashing one.
         for spec_type in spec_types if not _has_predicate(strategy) else ():
@@ -78,9 +82,15 @@ class StrategyRegistry:
     def find(self, spec: Any) -> KVCacheStrategy | None:
         """The strategy for ``spec``, or None if no strategy handles it."""
         for cls in type(spec).__mro__:
-            for strategy in self._by_type.get(cls, ()):
-                if strategy.matches(spec):
-                    return strategy
+            for strategy in list(self._by_type.get(cls, ())):
+                try:
+                    if strategy.matches(spec):
+                        return strategy
+                except Exception as exc:
+                    if self.is_builtin(strategy):
+                        raise
+                    logger.warning("%s refused third-party strategy %r: matches() raised %r", PREFIX, strategy, exc)
+                    self.refuse(strategy)
         return None
 
     def resolve(self, spec: Any) -> KVCacheStrategy:
@@ -126,10 +136,9 @@ def load_entry_point_strategies(registry: StrategyRegistry, eps: Iterable[Any] |
     for ep in entry_points(group=ENTRY_POINT_GROUP) if eps is None else eps:
         try:
             strategy = registry.register(ep.load())
+            logger.info("%s added strategy %s from entry point %s", PREFIX, strategy.name, ep.name)
         except Exception as exc:  # a broken third-party package must not stop vLLM
             logger.warning("%s refused strategy entry point %s = %s: %s", PREFIX, ep.name, ep.value, exc)
-        else:
-            logger.info("%s added strategy %s from entry point %s", PREFIX, strategy.name, ep.name)
 
 
 _default: StrategyRegistry | None = None

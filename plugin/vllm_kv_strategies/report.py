@@ -119,16 +119,21 @@ def build_report(plan: KVCachePlan, kv_caches: dict[str, Any], *, strided: bool,
         layers[name] = {
             "group": lp.group_id if lp else None,
             "spec_type": type(lp.spec).__name__ if lp else None,
-            "strategy": lp.strategy.name if lp else "shared" if name in plan.layers else None,
+            # layers outside the plan reuse another layer's cache (cross-layer KV sharing)
+            "strategy": lp.strategy.name if lp else "shared",
             "page_parts": [
                 {"name": p.name, "shape": list(p.shape), "dtype": str(p.dtype).removeprefix("torch."), "bytes_per_block": p.nbytes}
                 for p in (lp.parts if lp else ())
             ],
             "views": views,
         }
+    # Aliases: layers whose views share bytes (not merely the backing buffer).
+    spans = [(v["buffer"], v["offset"], v["offset"] + v["bytes"], name) for name, e in layers.items() for v in e["views"]]
     for name, entry in layers.items():
-        ids = {v["buffer"] for v in entry["views"]}
-        entry["aliases"] = sorted({o for b in storages.values() if b["id"] in ids for o in b["layers"]} - {name})
+        mine = [(b, lo, hi) for b, lo, hi, n in spans if n == name]
+        entry["aliases"] = sorted(
+            {n for b, lo, hi, n in spans if n != name and any(b == mb and lo < mhi and mlo < hi for mb, mlo, mhi in mine)}
+        )
     sizes = [t.size for t in plan.tensors]
     config = plan.kv_cache_config
     allocated = sum(b["bytes"] for b in storages.values())

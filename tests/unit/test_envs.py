@@ -61,7 +61,6 @@ def test_values_are_case_insensitive_and_stripped(name, raw, value, monkeypatch)
     [
         ("KV_STRATEGIES", "maybe"),
         ("KV_STRATEGIES", "1"),
-        ("KV_STRATEGIES", ""),
         ("KV_STRATEGIES_TEST_FAULT", "share"),
     ],
 )
@@ -73,6 +72,12 @@ def test_invalid_value_raises_naming_the_valid_ones(name, bad, monkeypatch):
     assert f"{name}={bad!r}" in message
     for valid in EXPECTED[name][1]:
         assert repr(valid) in message
+
+
+@pytest.mark.parametrize("name", ["KV_STRATEGIES", "KV_STRATEGIES_TEST_FAULT"])
+def test_set_but_empty_means_the_default(name, monkeypatch):
+    monkeypatch.setenv(name, "")
+    assert getattr(envs, name) == EXPECTED[name][0]
 
 
 def test_read_on_every_access_not_cached(monkeypatch):

@@ -127,3 +127,48 @@ def test_a_builtin_whose_parts_disagree_with_the_spec_raises(monkeypatch):
     monkeypatch.setattr(FullAttentionStrategy, "page_parts", WrongPage.page_parts)
     with pytest.raises(KVCacheLayoutError, match=r"strategy full_attention lays out 2048 bytes per block \(k 2048\) but FullAttentionSpec says 4096"):
         plan_kv_cache(strided_config())
+
+
+class RaisingPredicate(WrongPage):
+    name = "raising_predicate"
+
+    def matches(self, spec):
+        raise RuntimeError("vendor predicate bug")
+
+
+def test_a_third_party_predicate_that_raises_is_refused(kv_log):
+    registry = default_registry()
+    registry.register(RaisingPredicate)
+    plan = plan_kv_cache(strided_config())
+    assert {lp.strategy.name for lp in plan.layers.values()} == {"full_attention"}
+    [warning] = kv_log.at(logging.WARNING)
+    assert "refused third-party strategy RaisingPredicate()" in warning and "vendor predicate bug" in warning
+
+
+class Nameless(KVCacheStrategy):
+    @classmethod
+    def spec_types(cls):
+        return (FullAttentionSpec,)
+
+    def matches(self, spec):
+        return True
+
+    def page_parts(self, spec, dims):
+        return FullAttentionStrategy().page_parts(spec, dims)
+
+
+class StringTypes(Nameless):
+    name = "string_types"
+
+    @classmethod
+    def spec_types(cls):
+        return ("FullAttentionSpec",)
+
+
+@pytest.mark.parametrize(("strategy", "message"), [(Nameless, "has no str 'name'"), (StringTypes, "must return classes")])
+def test_malformed_third_party_strategies_are_refused_at_registration(strategy, message):
+    registry = default_registry()
+    with pytest.raises(TypeError, match=message):
+        registry.register(strategy)
+    assert registry.resolve(SPEC).name == "full_attention"
+    assert "string_types" not in registry.describe()

@@ -35,7 +35,7 @@ def test_json_report_written_per_rank_with_exact_totals(monkeypatch, tmp_path, k
     assert layer["page_parts"][0]["bytes_per_block"] == 16 * 2 * 64 * 2
     [view] = layer["views"]
     assert view["shape"] == [config.num_blocks, 2, 16, 128] and view["dtype"] == "bfloat16"
-    assert layer["aliases"] == ["model.layers.0.self_attn.attn", "model.layers.2.self_attn.attn"]
+    assert layer["aliases"] == []  # one backing buffer, but each layer owns its bytes
     assert data["buffers"] == [{"id": 0, "bytes": size, "layers": sorted(kv)}]
     summary_lines = [m for m in kv_log.at(logging.INFO) if m.startswith("kv_strategies: rank 0: built 3 layers")]
     assert len(summary_lines) == 1
@@ -79,3 +79,20 @@ def test_cli_renders_and_compares(tmp_path, monkeypatch):
     row = next(line for line in diff.stdout.splitlines() if line.startswith("num_blocks"))
     assert f"{tb['num_blocks'] - ta['num_blocks']:+,}" in row
     assert run_cli("report", str(a), str(b), str(a)).returncode == 2
+
+
+def test_aliases_are_layers_sharing_bytes_across_groups(monkeypatch, tmp_path):
+    from test_upstream_adapter import BF16
+
+    mamba = MambaSpec(block_size=16, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, torch.float32))
+    attn = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
+    specs = {f"model.layers.{i}.linear_attn": mamba for i in (0, 1, 2, 4, 5, 6)}
+    specs |= {f"model.layers.{i}.self_attn.attn": attn for i in (3, 7)}
+    monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
+    config, _, _ = run_both(specs)
+    data = json.loads((tmp_path / "kv_cache_report.rank0.json").read_text())
+    # vLLM overlays the groups: the first layer of every group shares the same bytes.
+    assert data["layers"]["model.layers.3.self_attn.attn"]["aliases"] == [
+        "model.layers.0.linear_attn", "model.layers.1.linear_attn", "model.layers.2.linear_attn"]
+    assert data["layers"]["model.layers.4.linear_attn"]["aliases"] == [
+        "model.layers.5.linear_attn", "model.layers.6.linear_attn", "model.layers.7.self_attn.attn"]

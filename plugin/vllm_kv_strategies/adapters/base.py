@@ -101,6 +101,7 @@ class RunnerAdapter(ABC):
                 logger.warning("%s TEST FAULT: %s bound to the cache of %s", PREFIX, names[1], names[0])
                 kv_caches[names[1]] = kv_caches[names[0]]
                 return
+        logger.warning("%s TEST FAULT: no KV cache group has two layers of its own; nothing injected", PREFIX)
 
 
 def allocate_bytes(nbytes: int, device: Any, layer: str) -> Any:
