@@ -54,7 +54,9 @@ MODELS = {
 
 
 def stock(runner, config):
-    return patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")(runner, config)
+    """The stock initialisation this release's initialize_kv_cache would call."""
+    name = rf.stock_initializer(runner)
+    return patching.original(rf.NPUModelRunner, name)(runner, config)
 
 
 def plugin(runner, config):

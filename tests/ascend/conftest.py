@@ -1,7 +1,8 @@
 """Tests against the real vllm-ascend (CPU only, NPU modules stubbed).
 
-Run them in the venv built by ``tools/make_venv_ascend.sh 0.23.0 VENV``. Elsewhere (no
-vllm_ascend installed) the whole directory is skipped.
+Run them in a venv built by ``tools/make_venv_ascend.sh VERSION VENV`` (VERSION 0.11.0, 0.13.0,
+0.18.0 or 0.23.0). Elsewhere (no vllm_ascend installed) the whole directory is skipped; on releases
+other than 0.23.0, modules outside ``ALL_RELEASES`` are skipped.
 
 The stubs must be in ``sys.modules`` before any test module imports vllm_ascend, so they are
 installed here, at conftest import time, which pytest does before collecting this directory.
@@ -51,6 +52,50 @@ else:
     import npu_stubs  # noqa: E402
 
     npu_stubs.install(ASCEND_VERSION)
+
+    #: Modules written for every release of the support matrix; the others (stock 0.23 facts,
+    #: 0.23 spec forms) are collected on vllm-ascend 0.23.0 only.
+    ALL_RELEASES = {
+        "test_compare_stock.py",
+        "test_compat_ascend.py",
+        "test_patch_ascend.py",
+        "test_public_cases.py",
+        "test_runner_factory.py",
+    }
+
+    if ASCEND_VERSION != "0.23.0":
+
+        class _OtherReleaseItem(pytest.Item):
+            def runtest(self):
+                pytest.skip(f"written for vllm-ascend 0.23.0; installed: {ASCEND_VERSION}")
+
+            def reportinfo(self):
+                return self.path, None, self.name
+
+        class _OtherReleaseModule(pytest.File):
+            def collect(self):
+                yield _OtherReleaseItem.from_parent(self, name="vllm_ascend_0_23_only")
+
+        def pytest_pycollect_makemodule(module_path, parent):
+            if module_path.name not in ALL_RELEASES:
+                return _OtherReleaseModule.from_parent(parent, path=module_path)
+            return None
+
+    #: (model, kv_transfer, stock bytes, plugin bytes, required bytes), filled by test_compare_stock.
+    BYTES_TABLE: list[tuple[str, bool, int, int, int]] = []
+
+    @pytest.fixture
+    def bytes_table():
+        return BYTES_TABLE
+
+    def pytest_terminal_summary(terminalreporter):
+        if not BYTES_TABLE:
+            return
+        tr = terminalreporter
+        tr.section(f"KV cache bytes, stock vs plugin (vllm-ascend {ASCEND_VERSION}, N = 4 blocks)")
+        tr.write_line(f"{'model':20} {'kv_transfer':11} {'stock':>13} {'plugin':>13} {'plugin-stock':>13} {'required':>13}")
+        for name, transfer, stock, ours, required in sorted(BYTES_TABLE):
+            tr.write_line(f"{name:20} {str(transfer):11} {stock:>13,} {ours:>13,} {ours - stock:>+13,} {required:>13,}")
 
     def pytest_report_header(config):
         try:

@@ -1,4 +1,5 @@
-"""Stand-ins for the NPU-only modules vllm-ascend imports, so its real code runs on a CPU host.
+"""Stand-ins for the NPU-only modules vllm-ascend imports, so its real code runs on a CPU host
+(vllm-ascend 0.11.0, 0.13.0, 0.18.0 and 0.23.0; which modules each needs is in ``_ROOTS_BY_VERSION``).
 
 ``install(version)`` puts into ``sys.modules``:
 
@@ -6,7 +7,7 @@
   like a package). Every ``torch_npu.<x>.<y>`` submodule is created on demand by a meta path
   finder as a package-like module as well; attributes that nobody defined are ``MagicMock``s.
   Explicit values: ``npu_format_cast`` is an identity function wrapped in a ``MagicMock`` (so a
-  test can assert whether it was called), ``npu.current_device() -> 0``,
+  test can count the casts; 0.11's runner casts every attention view), ``npu.current_device() -> 0``,
   ``npu.get_soc_version() -> 220`` (an A2 SoC, matching the A2 build of the vllm-ascend wheel),
   ``npu.device_count() -> 1``, ``npu.Stream`` / ``npu.Event`` are the ``MagicMock`` class.
 * ``torch.npu``: a ``MagicMock`` (vllm-ascend evaluates ``torch.npu.NPUGraph | None`` at import).

@@ -1,38 +1,57 @@
 """Build a real vllm-ascend ``NPUModelRunner`` (no ``__init__``) that can run the stock KV cache
-initialisation on CPU, plus builders of real ``KVCacheConfig`` objects for real models.
+initialisation on CPU, plus builders of real ``KVCacheConfig`` objects for real models, for each
+vllm-ascend release the suite covers (0.11.0, 0.13.0, 0.18.0, 0.23.0).
 
 The NPU stubs (``npu_stubs.install``) must be installed before this module is imported; the
 ``conftest.py`` next to it does that.
 
-``make_runner`` sets exactly the instance attributes that the stock
-``initialize_kv_cache_tensors`` / ``_allocate_kv_cache_tensors`` / ``_reshape_kv_cache_tensors``
-of vllm-ascend 0.23.0 read (see STOCK_0.23.md), with real vLLM / vllm-ascend objects wherever the
+``make_runner`` sets the instance attributes that the installed release's stock KV cache
+initialisation reads (:data:`RUNNER_ATTRS`, traced per release by ``test_runner_factory``: see
+STOCK_0.23.md for 0.23 and the table below), with real vLLM / vllm-ascend objects wherever the
 code type-checks them:
 
-* ``attn_groups``: real ``vllm.v1.worker.utils.AttentionGroup`` with the real Ascend backends;
+* ``attn_groups``: real ``vllm.v1.worker.utils.AttentionGroup`` with the release's Ascend
+  backends;
 * ``compilation_config.static_forward_context``: real layer classes (``Attention``,
-  ``MLAAttention``, Ascend's ``AscendGatedDeltaNetAttention``) created with ``__new__`` and only
-  the fields the KV code reads (MLA ``kv_lora_rank`` / ``qk_rope_head_dim``); ``bind_kv_cache``
-  sets their ``kv_cache``;
+  ``MLAAttention``, the release's gated delta net layer) created with ``__new__`` and only the
+  fields the KV code reads; ``bind_kv_cache`` sets their ``kv_cache``;
 * ``vllm_config.kv_transfer_config``: a real ``KVTransferConfig`` when ``kv_transfer=True``.
 
-The config builders derive everything the way vLLM + vllm-ascend do at start-up:
-per-layer specs as vllm-ascend's ``NPUModelRunner.get_kv_cache_spec`` would emit them, GDN state
-shapes/dtypes from vLLM's ``Qwen3NextForCausalLM`` class methods, the hybrid attention block
-size / Mamba page padding from vllm-ascend's patched ``HybridAttentionMambaModelConfig``, and the
+What the releases' stock code reads beyond 0.23's (traced):
+
+* 0.11: ``attn_backend`` (the runner's default backend: dense, MLA or sparse shapes),
+  ``model_config.is_deepseek_mla``, ``vllm_config.additional_config``,
+  ``hf_text_config.qk_rope_head_dim``; no ``shared_kv_cache_layers`` (its runner only creates it
+  for models with cross-layer KV sharing), no ``_allocate`` / ``_reshape`` halves;
+* 0.13: ``attn_backend``, ``model_config.use_mla``, ``hf_text_config.kv_lora_rank`` /
+  ``qk_rope_head_dim``;
+* 0.18: ``is_kv_consumer``, ``use_sparse_c8_indexer``.
+
+The config builders derive everything the way vLLM + vllm-ascend of the installed release do at
+start-up: per-layer specs as that release's ``NPUModelRunner.get_kv_cache_spec`` emits them
+(DeepSeek V3.2 as a plain ``FullAttentionSpec`` of twice the MLA page in 0.11 / 0.13), GDN state
+shapes/dtypes from vLLM's gated-delta-net calculators (through ``Qwen3NextForCausalLM`` where it
+imports; vLLM 0.11's needs triton), the hybrid attention block size / Mamba page padding from the
+release's patched ``HybridAttentionMambaModelConfig`` (0.11 / 0.13: attention page >= Mamba
+page, Mamba padded to it; 0.18+: K page == ssm page, padded page = 2 K pages + conv), and the
 groups + tensors from vLLM's ``kv_cache_utils`` (``get_kv_cache_groups`` +
 ``get_kv_cache_config_from_groups``, the two planning steps of ``get_kv_cache_configs``, with
 ``num_gpu_blocks_override`` = the requested ``num_blocks``; the max-model-len memory check of
 ``get_kv_cache_configs`` is skipped so that any small ``num_blocks`` works).
 
 Importing ``vllm_ascend.worker.model_runner_v1`` (done here) applies vllm-ascend's global
-platform patches and worker patches process-wide (model_runner_v1 -> patch.worker.patch_draft_quarot
--> patch.worker -> patch_v2.patch_use_v2_model_runner -> patch.platform), so the vLLM planning code
-used here is the Ascend-patched one, as in a real vllm-ascend process.
+platform patches and worker patches process-wide as in a real vllm-ascend process (0.23:
+model_runner_v1 -> patch.worker.patch_draft_quarot -> patch.worker -> patch.platform), so the
+vLLM planning code used here is the Ascend-patched one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import importlib
+import importlib.metadata
+import inspect
 from collections import defaultdict
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -41,8 +60,6 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 from vllm.config.kv_transfer import KVTransferConfig
-from vllm.model_executor.layers.attention import Attention, MLAAttention
-from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 from vllm.v1.core.kv_cache_utils import (
     get_kv_cache_config_from_groups,
     get_kv_cache_groups,
@@ -55,55 +72,148 @@ from vllm.v1.kv_cache_interface import (
     KVCacheSpec,
     KVCacheTensor,
     MambaSpec,
-    MLAAttentionSpec,
+    SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
 from vllm.v1.worker.utils import AttentionGroup
 from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
 from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.attention.sfa_v1 import AscendSFABackend
-from vllm_ascend.core.kv_cache_interface import AscendMLAAttentionSpec
-from vllm_ascend.ops.gdn import AscendGatedDeltaNetAttention
-from vllm_ascend.ops.gdn_attn_builder import AscendGDNAttentionBackend
 from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
 
 __all__ = [
+    "ASCEND_VERSION",
+    "AscendMLAAttentionSpec",
     "KVCacheConfig",
     "KVCacheGroupSpec",
     "KVCacheTensor",
+    "LEGACY_SPARSE",
+    "MLAAttentionSpec",
     "ModelKV",
     "NPUModelRunner",
     "RUNNER_ATTRS",
     "build_kv_cache_config",
     "deepseek_v3",
     "deepseek_v32",
+    "gdn_mamba_type",
     "make_runner",
     "qwen3_8b",
+    "sliding_window_beside_full",
+    "stock_initializer",
     "qwen3_next",
     "ALIGNMENT",
     "t_hyb_toy",
 ]
 
-ALIGNMENT = 2 * 1024 * 1024  # vllm-ascend's transfer alignment (model_runner_v1.py:4099)
+ASCEND_VERSION = importlib.metadata.version("vllm-ascend")
+RELEASE = tuple(int(x) for x in ASCEND_VERSION.split(".")[:2])
+ALIGNMENT = 2 * 1024 * 1024  # vllm-ascend's transfer alignment (_align_memory callers)
 BF16 = torch.bfloat16
 
-# Instance attributes the stock 0.23.0 KV methods read (checked by test_stock_smoke with a tracing
-# subclass). kv_caches is appended to, hybrid_with_attn_and_mamba is written by the allocator.
-RUNNER_ATTRS = (
+
+def _first(*paths: str) -> Any:
+    """The first importable ``module:attr`` of ``paths`` (None if none is)."""
+    for path in paths:
+        module, _, attr = path.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# the release's classes
+
+Attention = _first("vllm.model_executor.layers.attention:Attention", "vllm.attention.layer:Attention")
+# vLLM 0.11 has no MLA layer class: the MLA latent lives in an ``Attention(use_mla=True)``.
+MLAAttention = _first(
+    "vllm.model_executor.layers.attention:MLAAttention", "vllm.attention.layer:MLAAttention"
+) or Attention
+#: vLLM's own MLAAttentionSpec (vllm-ascend 0.18 rebinds the module attribute to its subclass).
+MLAAttentionSpec = next(
+    c for c in importlib.import_module("vllm.v1.kv_cache_interface").MLAAttentionSpec.__mro__
+    if c.__name__ == "MLAAttentionSpec" and c.__module__ == "vllm.v1.kv_cache_interface"
+)
+#: vllm-ascend's MLA spec with ``sparse_head_dim`` (0.18: a platform patch; 0.23: core); None
+#: before 0.18, where DeepSeek V3.2 layers get a plain FullAttentionSpec (LEGACY_SPARSE).
+AscendMLAAttentionSpec = _first(
+    "vllm_ascend.core.kv_cache_interface:AscendMLAAttentionSpec",
+    "vllm_ascend.patch.platform.patch_kv_cache_interface:AscendMLAAttentionSpec",
+)
+LEGACY_SPARSE = AscendMLAAttentionSpec is None
+GDNBackend = _first(
+    "vllm_ascend.ops.gdn_attn_builder:AscendGDNAttentionBackend",
+    "vllm.v1.attention.backends.gdn_attn:GDNAttentionBackend",
+)
+
+
+class _GatedDeltaNetStandIn(nn.Module):
+    """Forward-context entry of a GDN layer where the release's class cannot be imported on
+    CPU (vLLM 0.11's qwen3_next needs triton); the KV code only sets its ``kv_cache``."""
+
+
+GDNLayer = next(
+    (
+        cls
+        for cls in map(
+            _first,
+            (
+                "vllm_ascend.ops.gdn:AscendGatedDeltaNetAttention",
+                "vllm_ascend.patch.worker.patch_qwen3_next:AscendQwen3Next_GatedDeltaNet",
+                "vllm.model_executor.models.qwen3_next:Qwen3NextGatedDeltaNet",
+            ),
+        )
+        if cls is not None and not inspect.isabstract(cls)  # 0.13's Ascend class is abstract
+    ),
+    _GatedDeltaNetStandIn,
+)
+
+
+def gdn_mamba_type() -> Any:
+    """``MambaSpec.mamba_type`` of a Qwen3-Next GDN layer in this release: the layer class's
+    ``mamba_type`` (0.13 / 0.18: ``"gdn_attention"``; 0.23: ``MambaAttentionBackendEnum.GDN_ATTN``);
+    vLLM 0.11's Qwen3NextGatedDeltaNet (not importable here) says ``"linear_attention"``."""
+    if GDNLayer is _GatedDeltaNetStandIn:
+        return "linear_attention"
+    return _bare_layer(GDNLayer).mamba_type
+
+
+# Instance attributes the stock KV initialisation of each release reads (traced by
+# test_runner_factory with a tracing subclass on Qwen3-Next TP4, DeepSeek-V3 and DeepSeek-V3.2).
+# kv_caches is appended to; hybrid_with_attn_and_mamba is written by the 0.18+ allocator.
+_COMMON_ATTRS = (
     "device",
     "vllm_config",
-    "model_config",
     "compilation_config",
     "kv_cache_config",
     "attn_groups",
     "use_hybrid_blocks",
     "runner_only_attn_layers",
-    "shared_kv_cache_layers",
     "kv_caches",
-    "use_compress",
-    "use_sparse",
-    "enable_hamming_sparse",
 )
+RUNNER_ATTRS_BY_RELEASE = {
+    (0, 11): _COMMON_ATTRS + ("model_config", "attn_backend"),
+    (0, 13): _COMMON_ATTRS + ("model_config", "shared_kv_cache_layers", "attn_backend", "use_sparse"),
+    (0, 18): _COMMON_ATTRS
+    + ("model_config", "shared_kv_cache_layers", "use_sparse", "is_kv_consumer", "use_sparse_c8_indexer"),
+    (0, 23): _COMMON_ATTRS
+    + ("model_config", "shared_kv_cache_layers", "use_compress", "use_sparse", "enable_hamming_sparse"),
+}
+RUNNER_ATTRS = RUNNER_ATTRS_BY_RELEASE[RELEASE]
+
+
+def stock_initializer(runner: NPUModelRunner) -> str:
+    """The stock method ``NPUModelRunner.initialize_kv_cache`` of this release calls: 0.11 picks
+    the sparse or the DeepSeek MLA initialisation by ``use_sparse`` / ``is_deepseek_mla``; later
+    releases have one."""
+    if RELEASE > (0, 11):
+        return "initialize_kv_cache_tensors"
+    if runner.use_sparse:
+        return "initialize_kv_cache_tensors_deepseek_sfa"
+    if runner.model_config.is_deepseek_mla:
+        return "initialize_kv_cache_tensors_deepseek_mla"
+    return "initialize_kv_cache_tensors"
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,30 +230,37 @@ def _bare_layer(cls: type, **fields: Any) -> nn.Module:
     return layer
 
 
-def _layer_for(name: str, spec: KVCacheSpec, mla_dims: tuple[int, int]) -> nn.Module:
+def _kind_of(spec: KVCacheSpec, attention_kind: str | None) -> str:
+    """``mamba``, ``sfa`` (sparse MLA), ``mla`` or ``attn``: the layer / backend kind of a spec.
+    ``attention_kind`` overrides it for every attention spec (legacy sparse layers carry a plain
+    FullAttentionSpec but are MLA layers with the sparse backend)."""
     if isinstance(spec, MambaSpec):
-        return _bare_layer(AscendGatedDeltaNetAttention, prefix=name)
-    if isinstance(spec, MLAAttentionSpec):
+        return "mamba"
+    if attention_kind is not None:
+        return attention_kind
+    if getattr(spec, "sparse_head_dim", None) is not None:
+        return "sfa"
+    return "mla" if isinstance(spec, MLAAttentionSpec) else "attn"
+
+
+def _layer_for(name: str, kind: str, spec: KVCacheSpec, mla_dims: tuple[int, int]) -> nn.Module:
+    if kind == "mamba":
+        return _bare_layer(GDNLayer, prefix=name)
+    if kind in ("mla", "sfa"):
         sparse = getattr(spec, "sparse_head_dim", None)
         kv_lora_rank, rope = (sparse[0], sparse[1]) if sparse else mla_dims
-        return _bare_layer(
-            MLAAttention, layer_name=name, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope
-        )
+        return _bare_layer(MLAAttention, layer_name=name, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope)
     return _bare_layer(Attention, layer_name=name)
 
 
-def _backend_for(spec: KVCacheSpec) -> type:
-    if isinstance(spec, MambaSpec):
-        if spec.mamba_type == MambaAttentionBackendEnum.GDN_ATTN:
-            return AscendGDNAttentionBackend
-        from vllm.v1.attention.backends.registry import get_mamba_attn_backend  # noqa: PLC0415
+def _backend_for(kind: str, spec: KVCacheSpec) -> type:
+    if kind == "mamba":
+        if spec.mamba_type == gdn_mamba_type():
+            return GDNBackend
+        from vllm.v1.attention.backends.registry import get_mamba_attn_backend  # noqa: PLC0415 (0.23)
 
         return get_mamba_attn_backend(spec.mamba_type)
-    if isinstance(spec, AscendMLAAttentionSpec) and spec.sparse_head_dim is not None:
-        return AscendSFABackend
-    if isinstance(spec, MLAAttentionSpec):
-        return AscendMLABackend
-    return AscendAttentionBackend
+    return {"sfa": AscendSFABackend, "mla": AscendMLABackend}.get(kind, AscendAttentionBackend)
 
 
 def _layer_specs(kv_cache_config: KVCacheConfig) -> dict[str, KVCacheSpec]:
@@ -157,7 +274,10 @@ def _layer_specs(kv_cache_config: KVCacheConfig) -> dict[str, KVCacheSpec]:
     return out
 
 
-def _attn_groups(kv_cache_config: KVCacheConfig) -> list[list[AttentionGroup]]:
+_GROUP_FIELDS = {f.name for f in dataclasses.fields(AttentionGroup)}
+
+
+def _attn_groups(kv_cache_config: KVCacheConfig, attention_kind: str | None) -> list[list[AttentionGroup]]:
     """One AttentionGroup per (backend, layer spec) inside each KV cache group, as
     NPUModelRunner.initialize_attn_backend builds them (metadata builders left empty)."""
     layer_specs = _layer_specs(kv_cache_config)
@@ -166,10 +286,14 @@ def _attn_groups(kv_cache_config: KVCacheConfig) -> list[list[AttentionGroup]]:
         by_key: dict[tuple[type, KVCacheSpec], list[str]] = defaultdict(list)
         for name in group.layer_names:
             spec = layer_specs[name]
-            by_key[(_backend_for(spec), spec)].append(name)
-        result.append(
-            [AttentionGroup(backend, names, spec, gid) for (backend, spec), names in by_key.items()]
-        )
+            by_key[(_backend_for(_kind_of(spec, attention_kind), spec), spec)].append(name)
+        groups = []
+        for (backend, spec), names in by_key.items():
+            kwargs = dict(backend=backend, layer_names=names, kv_cache_spec=spec, metadata_builders=[])
+            if "kv_cache_group_id" in _GROUP_FIELDS:
+                kwargs["kv_cache_group_id"] = gid
+            groups.append(AttentionGroup(**kwargs))
+        result.append(groups)
     return result
 
 
@@ -197,47 +321,52 @@ def make_runner(
     mla_dims: tuple[int, int] = (512, 64),
     model_type: str = "llama",
     index_head_dim: int | None = None,
+    attention_kind: str | None = None,
     runner_only_attn_layers: Iterable[str] = (),
     shared_kv_cache_layers: dict[str, str] | None = None,
     extra_layers: dict[str, nn.Module] | None = None,
+    additional_config: dict[str, Any] | None = None,
     trace: bool = False,
     device: str | torch.device = "cpu",
 ) -> NPUModelRunner:
     """A real NPUModelRunner made with ``__new__`` carrying what the stock KV code reads.
 
-    ``mla_dims`` = (kv_lora_rank, qk_rope_head_dim) for MLA layers without ``sparse_head_dim``.
-    ``use_sparse`` is set when any layer spec is an ``AscendMLAAttentionSpec`` with
-    ``sparse_head_dim`` (as vllm-ascend derives it from ``index_topk`` in the HF config); then
-    ``model_config.hf_text_config.index_head_dim`` is taken from the spec unless given, and
-    ``c8_k_cache_dtype`` / ``c8_k_scale_cache_dtype`` are copied from the spec.
-    ``shared_kv_cache_layers`` maps a KV-sharing layer to its target (a fake layer is added for it).
+    ``mla_dims`` = (kv_lora_rank, qk_rope_head_dim) for MLA layers without ``sparse_head_dim``;
+    MLA and sparse models also carry them in ``hf_text_config`` (DeepSeek's HF config does).
+    ``attention_kind`` (``"attn"``, ``"mla"``, ``"sfa"``) sets the layer class and backend of
+    every attention layer (legacy sparse layers carry a plain FullAttentionSpec); by default it
+    follows each spec. ``use_sparse`` is set when any layer is sparse (as vllm-ascend derives it
+    from ``index_topk`` in the HF config); then ``hf_text_config.index_head_dim`` is taken from
+    the spec (else 128) unless given, and 0.23's C8 dtypes are copied from the spec.
+    ``shared_kv_cache_layers`` maps a KV-sharing layer to its target (a fake layer is added for
+    it); on 0.11 the attribute exists only when given (as in its runner). ``additional_config``:
+    ``vllm_config.additional_config`` (0.11 reads ``kv_cache_dtype`` from it).
     ``trace=True`` returns a subclass instance that records the instance attributes read, in
     ``runner._reads``.
     """
     layer_specs = _layer_specs(kv_cache_config)
-    sparse_specs = [
-        s
-        for s in layer_specs.values()
-        if isinstance(s, AscendMLAAttentionSpec) and s.sparse_head_dim is not None
-    ]
+    kinds = {name: _kind_of(spec, attention_kind) for name, spec in layer_specs.items()}
+    sparse_specs = [s for n, s in layer_specs.items() if kinds[n] == "sfa"]
     use_sparse = bool(sparse_specs)
+    use_mla = any(k in ("mla", "sfa") for k in kinds.values())
     if use_sparse and index_head_dim is None:
-        index_head_dim = max(s.sparse_head_dim[2] for s in sparse_specs)
+        index_head_dim = max((getattr(s, "sparse_head_dim", None) or (0, 0, 128))[2] for s in sparse_specs)
 
     forward_context: dict[str, nn.Module] = {
-        name: _layer_for(name, spec, mla_dims) for name, spec in layer_specs.items()
+        name: _layer_for(name, kinds[name], spec, mla_dims) for name, spec in layer_specs.items()
     }
     shared = dict(shared_kv_cache_layers or {})
     for name, target in shared.items():
-        forward_context[name] = _layer_for(name, layer_specs[target], mla_dims)
+        forward_context[name] = _layer_for(name, kinds[target], layer_specs[target], mla_dims)
     forward_context.update(extra_layers or {})
 
     hf_text_config = SimpleNamespace(model_type=model_type)
+    if use_mla:
+        hf_text_config.kv_lora_rank, hf_text_config.qk_rope_head_dim = mla_dims
     if index_head_dim is not None:
         hf_text_config.index_head_dim = index_head_dim
     model_config = SimpleNamespace(
-        hf_text_config=hf_text_config,
-        use_mla=any(isinstance(s, MLAAttentionSpec) for s in layer_specs.values()),
+        hf_text_config=hf_text_config, use_mla=use_mla, is_deepseek_mla=use_mla
     )
     compilation_config = SimpleNamespace(static_forward_context=forward_context)
     transfer = (
@@ -248,30 +377,41 @@ def make_runner(
         quant_config=None,
         model_config=model_config,
         compilation_config=compilation_config,
-        additional_config={},
+        additional_config=dict(additional_config or {}),
     )
 
     cls = _tracing_subclass(NPUModelRunner) if trace else NPUModelRunner
     runner = cls.__new__(cls)
+    attn_groups = _attn_groups(kv_cache_config, attention_kind)
     attrs: dict[str, Any] = dict(
         device=torch.device(device),
         vllm_config=vllm_config,
         model_config=model_config,
         compilation_config=compilation_config,
         kv_cache_config=kv_cache_config,
-        attn_groups=_attn_groups(kv_cache_config),
+        attn_groups=attn_groups,
+        # as in NPUModelRunner.initialize_kv_cache
+        use_hybrid_blocks=len(attn_groups) > 1,
         runner_only_attn_layers=set(runner_only_attn_layers),
-        shared_kv_cache_layers=shared,
         kv_caches=[],
-        use_compress=False,
         use_sparse=use_sparse,
+        # the runner's default backend (get_attn_backend(use_mla, use_sparse)), read up to 0.13
+        attn_backend=AscendSFABackend if use_sparse else AscendMLABackend if use_mla else AscendAttentionBackend,
+        use_compress=False,
         enable_hamming_sparse=False,
+        is_kv_consumer=bool(transfer is not None and transfer.is_kv_consumer),
+        use_sparse_c8_indexer=False,
+        shared_kv_cache_layers=shared,
     )
-    # as in NPUModelRunner.initialize_kv_cache (model_runner_v1.py:3856)
-    attrs["use_hybrid_blocks"] = len(attrs["attn_groups"]) > 1
-    if use_sparse:
+    if use_sparse and hasattr(sparse_specs[0], "c8_k_cache_dtype"):
         attrs["c8_k_cache_dtype"] = sparse_specs[0].c8_k_cache_dtype
         attrs["c8_k_scale_cache_dtype"] = sparse_specs[0].c8_k_scale_cache_dtype
+        attrs["use_sparse_c8_indexer"] = bool(getattr(sparse_specs[0], "cache_sparse_c8", False))
+    # Only what this release's runner has: what its stock KV code reads, plus the state every
+    # runner sets up before it (0.11 creates shared_kv_cache_layers only for KV-sharing models).
+    keep = set(RUNNER_ATTRS) | {"kv_cache_config", "attn_groups", "use_hybrid_blocks", "use_sparse"}
+    keep |= {"c8_k_cache_dtype", "c8_k_scale_cache_dtype"} | ({"shared_kv_cache_layers"} if shared else set())
+    attrs = {k: v for k, v in attrs.items() if k in keep}
     if trace:
         object.__setattr__(runner, "_reads", set())
     for key, value in attrs.items():
@@ -296,6 +436,12 @@ class ModelKV:
 
     def make_runner(self, **kwargs: Any) -> NPUModelRunner:
         return make_runner(self.kv_cache_config, **{**self.runner_kwargs, **kwargs})
+
+
+def _spec(cls: type, **kwargs: Any) -> Any:
+    """``cls(**kwargs)`` without the fields this release's ``cls`` lacks."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in kwargs.items() if k in names})
 
 
 def build_kv_cache_config(
@@ -327,12 +473,15 @@ def build_kv_cache_config(
         speculative_config=None,
         max_concurrent_batches=1,  # read by vllm-ascend's patched SWA max_memory_usage_bytes
     )
-    from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry  # noqa: PLC0415
-
+    registry = _first("vllm.v1.kv_cache_spec_registry:KVCacheSpecRegistry")  # vLLM 0.23+
     specs = dict(specs)  # get_kv_cache_groups may rewrite entries in place
-    KVCacheSpecRegistry.check_kv_cache_spec_registry(specs)
+    if registry is not None:
+        registry.check_kv_cache_spec_registry(specs)
     groups = get_kv_cache_groups(vllm_config, specs)
-    config = get_kv_cache_config_from_groups(vllm_config, groups, 1 << 40)
+    if "kv_cache_specs" in inspect.signature(get_kv_cache_config_from_groups).parameters:  # 0.11
+        config = get_kv_cache_config_from_groups(vllm_config, groups, specs, 1 << 40)
+    else:
+        config = get_kv_cache_config_from_groups(vllm_config, groups, 1 << 40)
     assert config.num_blocks == num_blocks, config.num_blocks
     return config
 
@@ -358,10 +507,11 @@ def deepseek_v3(
 ) -> ModelKV:
     """DeepSeek-V3: 61 MLA layers, kv_lora_rank 512 + qk_rope_head_dim 64 = 576, bf16.
 
-    vllm-ascend re-wraps vLLM's MLAAttentionSpec into ``AscendMLAAttentionSpec`` (num_kv_heads 1,
-    head 576) in ``NPUModelRunner.get_kv_cache_spec``; ``upstream_spec=True`` keeps vLLM's plain
-    ``MLAAttentionSpec`` instead (what an upstream runner would see). TP does not change MLA."""
-    cls = MLAAttentionSpec if upstream_spec else AscendMLAAttentionSpec
+    From 0.18 vllm-ascend re-wraps vLLM's MLAAttentionSpec into ``AscendMLAAttentionSpec``
+    (num_kv_heads 1, head 576) in ``NPUModelRunner.get_kv_cache_spec``; 0.11 / 0.13 emit vLLM's
+    ``MLAAttentionSpec`` (cache_dtype_str "auto"). ``upstream_spec=True`` keeps vLLM's plain
+    ``MLAAttentionSpec`` (what an upstream runner would see). TP does not change MLA."""
+    cls = MLAAttentionSpec if upstream_spec or AscendMLAAttentionSpec is None else AscendMLAAttentionSpec
     spec = cls(block_size=block_size, num_kv_heads=1, head_size=576, dtype=BF16, cache_dtype_str="auto")
     specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(61)}
     return ModelKV(
@@ -383,19 +533,33 @@ def deepseek_v32(
 ) -> ModelKV:
     """DeepSeek-V3.2-Exp (sparse MLA / DSA): 61 layers, each with an indexer key cache.
 
-    As vllm-ascend's get_kv_cache_spec builds it: ``AscendMLAAttentionSpec`` with
-    ``sparse_head_dim=(kv_lora_rank 512, qk_rope_head_dim 64, index_head_dim 128)`` and
-    ``head_size=704``. ``li_c8`` quantises the indexer key (int8 + fp16 scale on A2).
-    ``sfa_c8`` is the A5 packed layout: ``sparse_head_dim=(packed, 0, 128)`` where packed =
-    512 + 64*2 + (512/128)*4 = 656 bytes (vllm_ascend/attention/utils.py:25); its cache dtype is
-    the spec's ``c8_k_cache_dtype`` (int8 with the A2 build installed here, fp8 on a real A5)."""
+    As the release's get_kv_cache_spec builds it:
+
+    * 0.18 / 0.23: ``AscendMLAAttentionSpec`` with ``sparse_head_dim=(kv_lora_rank 512,
+      qk_rope_head_dim 64, index_head_dim 128)`` and ``head_size=704``. ``li_c8`` quantises the
+      indexer key (int8 + fp16 scale on A2; 0.18: ``cache_sparse_c8``). ``sfa_c8`` (0.23) is the
+      A5 packed layout: ``sparse_head_dim=(packed, 0, 128)`` where packed = 512 + 64*2 +
+      (512/128)*4 = 656 bytes (vllm_ascend/attention/utils.py); its cache dtype is the spec's
+      ``c8_k_cache_dtype`` (int8 with the A2 build installed here, fp8 on a real A5);
+    * 0.11 / 0.13 (``LEGACY_SPARSE``): a plain ``FullAttentionSpec(num_kv_heads=1,
+      head_size=576)``, a K+V page of twice the MLA latent; the runner's ``use_sparse`` and the
+      sparse backend tell the layers apart. No C8 variants."""
+    layers = [f"model.layers.{i}.self_attn.attn" for i in range(61)]
+    kwargs: dict[str, Any] = {"model_type": "deepseek_v32", "mla_dims": (512, 64), "index_head_dim": 128}
+    if LEGACY_SPARSE:
+        assert not (li_c8 or sfa_c8), f"vllm-ascend {ASCEND_VERSION} has no sparse C8 cache"
+        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=576, dtype=BF16)
+        specs = dict.fromkeys(layers, spec)
+        kwargs["attention_kind"] = "sfa"
+        return ModelKV("DeepSeek-V3.2-Exp", tp, build_kv_cache_config(specs, num_blocks), specs, kwargs)
     if sfa_c8:
         from vllm_ascend.attention.utils import get_sfa_qsfa_packed_head_dim  # noqa: PLC0415
 
         sparse_head_dim = (get_sfa_qsfa_packed_head_dim(512, 64), 0, 128)
     else:
         sparse_head_dim = (512, 64, 128)
-    spec = AscendMLAAttentionSpec(
+    spec = _spec(
+        AscendMLAAttentionSpec,
         block_size=block_size,
         num_kv_heads=1,
         head_size=sum(sparse_head_dim),
@@ -404,15 +568,12 @@ def deepseek_v32(
         cache_dtype_str="auto",
         cache_sparse_sfa_c8=sfa_c8,
         cache_sparse_li_c8=li_c8,
+        cache_sparse_c8=li_c8,  # 0.18
     )
-    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(61)}
+    specs = dict.fromkeys(layers, spec)
     suffix = "".join(s for s, on in ((" SFA-C8", sfa_c8), (" LI-C8", li_c8)) if on)
     return ModelKV(
-        "DeepSeek-V3.2-Exp" + suffix,
-        tp,
-        build_kv_cache_config(specs, num_blocks),
-        specs,
-        runner_kwargs={"model_type": "deepseek_v32", "mla_dims": (512, 64), "index_head_dim": 128},
+        "DeepSeek-V3.2-Exp" + suffix, tp, build_kv_cache_config(specs, num_blocks), specs, kwargs
     )
 
 
@@ -434,17 +595,66 @@ def _qwen3_next_hf_config():
     )
 
 
+class _Qwen3NextMambaStates:
+    """Stand-in for vLLM 0.11's ``Qwen3NextForCausalLM`` (its module needs triton): the same two
+    classmethods, calling vLLM's gated-delta-net calculators with the same arguments."""
+
+    @classmethod
+    def get_mamba_state_shape_from_config(cls, vllm_config):
+        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator  # noqa: PLC0415
+
+        hf = vllm_config.model_config.hf_config
+        spec = vllm_config.speculative_config
+        return MambaStateShapeCalculator.gated_delta_net_state_shape(
+            vllm_config.parallel_config.tensor_parallel_size,
+            hf.linear_num_key_heads,
+            hf.linear_num_value_heads,
+            hf.linear_key_head_dim,
+            hf.linear_value_head_dim,
+            hf.linear_conv_kernel_dim,
+            spec.num_speculative_tokens if spec else 0,
+        )
+
+    @classmethod
+    def get_mamba_state_dtype_from_config(cls, vllm_config):
+        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator  # noqa: PLC0415
+
+        return MambaStateDtypeCalculator.gated_delta_net_state_dtype(
+            vllm_config.model_config.dtype, vllm_config.cache_config.mamba_cache_dtype
+        )
+
+
+@contextlib.contextmanager
+def _qwen3_next_model_class():
+    """vLLM's ``Qwen3NextForCausalLM``, or (vLLM 0.11) the stand-in, also as what
+    ``ModelRegistry.resolve_model_cls`` returns while the patched sizing runs."""
+    real = _first("vllm.model_executor.models.qwen3_next:Qwen3NextForCausalLM")
+    if real is not None:
+        yield real
+        return
+    from vllm.model_executor.models import ModelRegistry  # noqa: PLC0415
+
+    resolve = ModelRegistry.resolve_model_cls
+    ModelRegistry.resolve_model_cls = lambda *a, **k: (_Qwen3NextMambaStates, "Qwen3NextForCausalLM")
+    try:
+        yield _Qwen3NextMambaStates
+    finally:
+        ModelRegistry.resolve_model_cls = resolve
+
+
 def qwen3_next(tp: int = 1, num_blocks: int = 4, max_model_len: int = 512) -> ModelKV:
     """Qwen3-Next-80B-A3B: 48 layers = 36 Gated DeltaNet (``linear_attn``) + 12 full attention
     (every 4th layer, ``self_attn.attn``), as vLLM + vllm-ascend size them at start-up:
 
     * GDN state shapes / dtypes from vLLM's ``Qwen3NextForCausalLM.get_mamba_state_shape_from_config``
-      and ``get_mamba_state_dtype_from_config`` (conv (3, 8192/tp), ssm (32/tp, 128, 128), bf16);
-    * attention block size and Mamba page padding from vllm-ascend's patched
+      and ``get_mamba_state_dtype_from_config`` (conv 8192/tp channels x 3, ssm (32/tp, 128, 128),
+      bf16; the conv orientation is the release's);
+    * attention block size and Mamba page padding from the release's patched
       ``HybridAttentionMambaModelConfig.verify_and_update_config``
-      (vllm_ascend/patch/platform/patch_mamba_config.py): K page == SSM page, padded page =
-      2 * K page + conv page; attention specs get ``page_size_padded`` as in
-      NPUModelRunner.get_kv_cache_spec;
+      (vllm_ascend/patch/platform/patch_mamba_config.py). 0.18+: K page == SSM page, padded
+      page = 2 * K page + conv page, attention specs get ``page_size_padded`` as in
+      NPUModelRunner.get_kv_cache_spec. 0.11 / 0.13: block size a multiple of 128 making the
+      attention (K+V) page >= the Mamba page, the Mamba page padded to the attention page;
     * groups/tensors from vLLM's planner (attention specs first, as Ascend's get_kv_cache_spec
       orders them, so group 0 is the attention group).
 
@@ -452,7 +662,6 @@ def qwen3_next(tp: int = 1, num_blocks: int = 4, max_model_len: int = 512) -> Mo
     """
     import vllm_ascend.patch.platform.patch_mamba_config  # noqa: F401, PLC0415
     from vllm.model_executor.models.config import HybridAttentionMambaModelConfig  # noqa: PLC0415
-    from vllm.model_executor.models.qwen3_next import Qwen3NextForCausalLM  # noqa: PLC0415
 
     hf = _qwen3_next_hf_config()
     kv_heads = max(1, hf.num_key_value_heads // tp)
@@ -488,33 +697,28 @@ def qwen3_next(tp: int = 1, num_blocks: int = 4, max_model_len: int = 512) -> Mo
         scheduler_config=SimpleNamespace(
             disable_hybrid_kv_cache_manager=False, enable_chunked_prefill=True
         ),
+        compilation_config=SimpleNamespace(cudagraph_mode="as configured"),  # read by 0.11
         speculative_config=None,
         kv_transfer_config=None,
     )
-    HybridAttentionMambaModelConfig.verify_and_update_config(vllm_config)
-
-    shapes = Qwen3NextForCausalLM.get_mamba_state_shape_from_config(vllm_config)
-    dtypes = Qwen3NextForCausalLM.get_mamba_state_dtype_from_config(vllm_config)
-    mamba_spec = MambaSpec(
-        block_size=cache_config.mamba_block_size,
+    with _qwen3_next_model_class() as model_cls:
+        HybridAttentionMambaModelConfig.verify_and_update_config(vllm_config)
+        shapes = model_cls.get_mamba_state_shape_from_config(vllm_config)
+        dtypes = model_cls.get_mamba_state_dtype_from_config(vllm_config)
+    mamba_spec = _spec(
+        MambaSpec,
+        block_size=cache_config.mamba_block_size or max_model_len,  # 0.11 / 0.13: max_model_len
         shapes=tuple(shapes),
         dtypes=tuple(dtypes),
         page_size_padded=cache_config.mamba_page_size_padded,
-        mamba_type=MambaAttentionBackendEnum.GDN_ATTN,
+        mamba_type=gdn_mamba_type(),
         mamba_cache_mode=cache_config.mamba_cache_mode,
         num_speculative_blocks=0,
     )
-    attn_spec = FullAttentionSpec(
-        block_size=cache_config.block_size, num_kv_heads=kv_heads, head_size=hf.head_dim, dtype=BF16
-    )
-    if attn_spec.page_size_bytes < mamba_spec.page_size_bytes:
-        attn_spec = FullAttentionSpec(
-            block_size=cache_config.block_size,
-            num_kv_heads=kv_heads,
-            head_size=hf.head_dim,
-            dtype=BF16,
-            page_size_padded=mamba_spec.page_size_bytes,
-        )
+    attn = dict(block_size=cache_config.block_size, num_kv_heads=kv_heads, head_size=hf.head_dim, dtype=BF16)
+    attn_spec = FullAttentionSpec(**attn)
+    if attn_spec.page_size_bytes < mamba_spec.page_size_bytes:  # 0.18+ (page_size_padded exists)
+        attn_spec = FullAttentionSpec(**attn, page_size_padded=mamba_spec.page_size_bytes)
     layer_types = hf.layer_types
     specs: dict[str, KVCacheSpec] = {}
     for i, kind in enumerate(layer_types):  # attention first (Ascend get_kv_cache_spec order)
@@ -532,27 +736,43 @@ def qwen3_next(tp: int = 1, num_blocks: int = 4, max_model_len: int = 512) -> Mo
         runner_kwargs={"model_type": "qwen3_next"},
         notes={
             "attn_block_size": cache_config.block_size,
-            "mamba_block_size": cache_config.mamba_block_size,
+            "mamba_block_size": mamba_spec.block_size,
             "mamba_page_size_padded": cache_config.mamba_page_size_padded,
-            "mamba_shapes": tuple(shapes),
+            "mamba_shapes": tuple(tuple(s) for s in shapes),
             "mamba_dtypes": tuple(dtypes),
         },
     )
 
 
 def t_hyb_toy(num_blocks: int = 4) -> ModelKV:
-    """The toy hybrid of shared/cases (T-HYB / C01): 6 Mamba + 2 attention layers."""
-    attn = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16,
-                             page_size_padded=34304)
-    mamba = MambaSpec(block_size=128, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, BF16),
-                      mamba_type=MambaAttentionBackendEnum.GDN_ATTN)
-    mamba = MambaSpec(block_size=128, shapes=mamba.shapes, dtypes=mamba.dtypes,
-                      page_size_padded=34304, mamba_type=MambaAttentionBackendEnum.GDN_ATTN)
+    """The toy hybrid of shared/cases (T-HYB / C01): 6 Mamba + 2 attention layers,
+    attention (128, 1 head, 64) bf16, Mamba conv (3, 256) + ssm (2, 64, 64) bf16.
+
+    Sized by the release's rule: 0.18+ (the cases file) K page == ssm page 16384, padded page
+    34304 = 2 K pages + conv on both specs; 0.11 / 0.13 (no ``page_size_padded`` on attention
+    specs): attention page 32768, Mamba page 17920 padded to 32768."""
+    attn = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16)
+    mamba = dict(block_size=128, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, BF16), mamba_type=gdn_mamba_type())
+    if "page_size_padded" in {f.name for f in dataclasses.fields(FullAttentionSpec)}:
+        attn = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16, page_size_padded=34304)
+        mamba_spec = MambaSpec(**mamba, page_size_padded=34304)
+    else:
+        mamba_spec = MambaSpec(**mamba, page_size_padded=attn.page_size_bytes)
     specs: dict[str, KVCacheSpec] = {
         "model.layers.3.self_attn.attn": attn,
         "model.layers.7.self_attn.attn": attn,
     }
     for i in (0, 1, 2, 4, 5, 6):
-        specs[f"model.layers.{i}.linear_attn"] = mamba
+        specs[f"model.layers.{i}.linear_attn"] = mamba_spec
     return ModelKV("T-HYB", 1, build_kv_cache_config(specs, num_blocks, max_model_len=128), specs)
 
+
+def sliding_window_beside_full(num_blocks: int = 4) -> ModelKV:
+    """A model with full-attention and sliding-window layers in separate groups (Gemma-style:
+    4 full + 4 SWA layers, block 128, 2 KV heads, head 128, bf16, window 512), planned by vLLM."""
+    full = FullAttentionSpec(block_size=128, num_kv_heads=2, head_size=128, dtype=BF16)
+    swa = SlidingWindowSpec(block_size=128, num_kv_heads=2, head_size=128, dtype=BF16, sliding_window=512)
+    specs: dict[str, KVCacheSpec] = {}
+    for i in range(8):
+        specs[f"model.layers.{i}.self_attn.attn"] = swa if i % 2 else full
+    return ModelKV("full + sliding window", 1, build_kv_cache_config(specs, num_blocks, max_model_len=1024), specs)

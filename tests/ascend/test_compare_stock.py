@@ -1,12 +1,29 @@
-"""Stock vllm-ascend KV cache initialisation against the plugin, layer by layer.
+"""Stock vllm-ascend KV cache initialisation against the plugin, layer by layer, on the installed
+release (0.11.0, 0.13.0, 0.18.0 or 0.23.0) with that release's own spec and config classes.
 
-Each case builds a real ``KVCacheConfig`` (vLLM's planner, real spec classes,
-real model dimensions) and two real ``NPUModelRunner`` instances; stock
-``initialize_kv_cache_tensors`` runs on one, the Ascend adapter's on the other.
-Per layer: the same number of caches, shapes, dtypes, strides, and num_blocks
-(dim 0); bytes allocated no more than stock; every layer of one
-``KVCacheTensor`` aliases one storage set; no two tensors overlap; with
-``kv_transfer_config`` each raw buffer starts on a 2 MiB boundary.
+Each case builds a real ``KVCacheConfig`` (vLLM's planner, the release's spec classes and sizing
+rules, real model dimensions) and two real ``NPUModelRunner`` instances; the stock initialisation
+the release's ``initialize_kv_cache`` would call runs on one (0.11 has three: general, DeepSeek
+MLA, DeepSeek sparse), the Ascend adapter's on the other. Per layer: the same number of caches,
+shapes, dtypes, strides, and num_blocks (dim 0); the layers of one ``KVCacheTensor`` alias one
+storage set (attention and Mamba layers of a hybrid tensor: one buffer where the release sizes
+pages for it, 0.18+; else the attention layers share K/V and the Mamba layers share one buffer);
+no two tensors overlap; with ``kv_transfer_config`` each raw buffer starts on a 2 MiB boundary
+and costs exactly 2 MiB of slack.
+
+Bytes: the plugin allocates exactly the config's bytes (``sum(size)``) and stock the same, except
+the cases in :data:`PLUGIN_BYTES` / :data:`STOCK_BYTES`, where the exact numbers are asserted:
+
+* 0.11 hybrid tensors (Qwen3-Next, T-HYB): stock gives each GDN layer its own buffer of the
+  tensor's size and the attention layer K/V of another (4x the tensor); the plugin gives the
+  GDN layers one shared buffer and the attention layer its K/V (2x). Sharing all of it would
+  alias attention block j with Mamba block k != j: 0.11 / 0.13 size the attention page to the
+  padded Mamba page, not the K page to the ssm page (0.18+), and K/V must stay contiguous.
+* 0.13 hybrid tensors: stock and plugin both 2x, for the same reason.
+* DeepSeek V3.2 on 0.11 / 0.13 (a FullAttentionSpec page of 2 x 576 per token): the layer uses
+  nope 512 + rope 64 + indexer 128 = 704 of the 1152 reserved; 0.13 stock allocates the unused
+  448 anyway (the indexer buffer is half the tensor), 0.11 stock and the plugin do not.
+* 0.11 MLA / sparse with transfer: stock pads each buffer by 2 Mi *elements* (4 MiB in bf16).
 """
 
 from __future__ import annotations
@@ -17,10 +34,10 @@ import pytest
 import torch
 import runner_factory as rf
 
-from vllm_kv_strategies import compat, patching
+from vllm_kv_strategies import patching
+from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.plan import plan_kv_cache
 from vllm_kv_strategies.report import build_report
-from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
 
 MODELS = {
     "qwen3-8b-tp1": lambda: rf.qwen3_8b(tp=1),
@@ -33,6 +50,43 @@ MODELS = {
     "qwen3-next-tp4": lambda: rf.qwen3_next(tp=4),
     "t-hyb": lambda: rf.t_hyb_toy(),
 }
+R = rf.RELEASE
+#: Attention and Mamba layers of a hybrid tensor share one buffer (K page == ssm page sizing).
+HYBRID_ONE_BUFFER = R >= (0, 18)
+
+# N = 4 blocks everywhere. Qwen3-Next 0.11 / 0.13: 12 tensors of 4 x 1,310,720 (TP1, block 640)
+# or 4 x 393,216 (TP4, block 384) bytes. T-HYB 0.11 / 0.13: 2 tensors of 4 x 32,768.
+#: (release, model) -> plugin bytes without kv_transfer_config, where not sum(size).
+PLUGIN_BYTES = {
+    **{
+        (r, m): b
+        for r in ((0, 11), (0, 13))
+        for m, b in (
+            ("qwen3-next-tp1", 125_829_120),  # 12 x (Mamba 5,242,880 + K 2,621,440 + V 2,621,440)
+            ("qwen3-next-tp4", 37_748_736),  # 12 x (1,572,864 + 786,432 + 786,432)
+            ("t-hyb", 524_288),  # 2 x (131,072 + 65,536 + 65,536)
+            ("deepseek-v3.2-tp1", 43_974_656),  # 61 x 4 x 128 x (512 + 64 + 128) x 2
+            ("deepseek-v3.2-tp4", 43_974_656),
+        )
+    },
+}
+#: (release, model, kv_transfer) -> stock bytes, where not the plugin's.
+STOCK_BYTES = {
+    ((0, 11), "qwen3-next-tp1", False): 251_658_240,  # 12 x (3 x 5,242,880 + 2 x 2,621,440)
+    ((0, 11), "qwen3-next-tp1", True): 377_487_360,  # + 60 buffers x 2 MiB
+    ((0, 11), "qwen3-next-tp4", False): 75_497_472,
+    ((0, 11), "qwen3-next-tp4", True): 201_326_592,
+    ((0, 11), "t-hyb", False): 1_048_576,
+    ((0, 11), "t-hyb", True): 22_020_096,
+    ((0, 11), "deepseek-v3-tp1", True): 547_684_352,  # 122 buffers x (bytes + 4 MiB)
+    ((0, 11), "deepseek-v3-tp4", True): 547_684_352,
+    ((0, 11), "deepseek-v3.2-tp1", True): 811_532_288,  # 183 buffers x (bytes + 4 MiB)
+    ((0, 11), "deepseek-v3.2-tp4", True): 811_532_288,
+    ((0, 13), "deepseek-v3.2-tp1", False): 71_958_528,  # nope + rope + a half-tensor indexer buffer
+    ((0, 13), "deepseek-v3.2-tp1", True): 455_737_344,
+    ((0, 13), "deepseek-v3.2-tp4", False): 71_958_528,
+    ((0, 13), "deepseek-v3.2-tp4", True): 455_737_344,
+}
 
 
 def storages(kv_caches: dict) -> dict[int, int]:
@@ -44,18 +98,12 @@ def storages(kv_caches: dict) -> dict[int, int]:
     return out
 
 
-def run(model: rf.ModelKV, fn, kv_transfer: bool):
-    runner = model.make_runner(kv_transfer=kv_transfer)
-    config = copy.deepcopy(model.kv_cache_config)
-    return runner, fn(runner, config)
-
-
 def stock_init(runner, config):
-    return patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")(runner, config)
+    return patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))(runner, config)
 
 
 def ours_init(runner, config):
-    stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
+    stock = patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))
     return AscendAdapter().initialize_kv_cache_tensors(stock, runner, config)
 
 
@@ -65,52 +113,60 @@ def describe(t: torch.Tensor):
 
 @pytest.mark.parametrize("kv_transfer", [False, True], ids=["plain", "kv_transfer"])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_plugin_equals_stock(name, kv_transfer, capsys):
+def test_plugin_equals_stock(name, kv_transfer, bytes_table):
     model = MODELS[name]()
-    stock_runner, stock = run(model, stock_init, kv_transfer)
-    ours_runner, ours = run(model, ours_init, kv_transfer)
     config = model.kv_cache_config
+    stock_runner, ours_runner = model.make_runner(kv_transfer=kv_transfer), model.make_runner(kv_transfer=kv_transfer)
+    stock = stock_init(stock_runner, copy.deepcopy(config))
+    ours = ours_init(ours_runner, copy.deepcopy(config))
 
     assert ours.keys() == stock.keys()
     for layer in stock:
         assert [describe(t) for t in ours[layer]] == [describe(t) for t in stock[layer]], layer
         assert all(t.shape[0] >= config.num_blocks for t in ours[layer])
 
-    # Every layer of one KVCacheTensor aliases its storage; tensors never overlap.
+    # The layers of one KVCacheTensor alias one storage set per kind (attention: tuples, Mamba:
+    # lists), one for both where the release shares hybrid tensors; tensors never overlap.
     owner: dict[int, int] = {}
     for tid, tensor in enumerate(config.kv_cache_tensors):
-        ptrs = {frozenset(t.untyped_storage().data_ptr() for t in ours[layer]) for layer in tensor.shared_by}
-        assert len(ptrs) == 1, f"tensor {tid}: layers {tensor.shared_by} do not share storage"
-        for ptr in ptrs.pop():
+        by_kind: dict[type, set[frozenset[int]]] = {}
+        for layer in tensor.shared_by:
+            by_kind.setdefault(type(ours[layer]), set()).add(frozenset(t.untyped_storage().data_ptr() for t in ours[layer]))
+        assert all(len(sets) == 1 for sets in by_kind.values()), f"tensor {tid}: {tensor.shared_by} do not share storage"
+        ptrs = {p for sets in by_kind.values() for s in sets for p in s}
+        if HYBRID_ONE_BUFFER and len(by_kind) == 2:
+            assert len(ptrs) == 1, f"hybrid tensor {tid} is not one buffer"
+        for ptr in ptrs:
             assert owner.setdefault(ptr, tid) == tid, f"tensors {owner[ptr]} and {tid} share storage"
 
-    ours_bytes, stock_bytes = sum(storages(ours).values()), sum(storages(stock).values())
     required = sum(t.size for t in config.kv_cache_tensors)
-    assert ours_bytes <= stock_bytes
+    plain = PLUGIN_BYTES.get((R, name), required)
+    ours_bytes, stock_bytes = sum(storages(ours).values()), sum(storages(stock).values())
+    buffers = len(storages(ours))
+    assert ours_bytes == plain + (TRANSFER_ALIGNMENT * buffers if kv_transfer else 0)
+    assert stock_bytes == STOCK_BYTES.get((R, name, kv_transfer), ours_bytes)
     if kv_transfer:
-        assert ours_bytes <= required + TRANSFER_ALIGNMENT * len(storages(ours))
-        for value in ours.values():
-            for t in value:
-                base = t.data_ptr() - t.storage_offset() * t.element_size()
-                # the raw buffer is the aligned slice the first view starts from
-                assert (t.data_ptr() - base) >= 0
-        raw = ours_runner._allocate_kv_cache_tensors(copy.deepcopy(config))
-        for value in raw.values():
-            for buf in (value if isinstance(value, tuple) else (value,)):
-                assert buf.data_ptr() % TRANSFER_ALIGNMENT == 0
-    else:
-        assert ours_bytes == required
+        if R > (0, 11):
+            raw = ours_runner._allocate_kv_cache_tensors(copy.deepcopy(config))
+            firsts = [buf for value in raw.values() for buf in (value if isinstance(value, tuple) else (value,))]
+        else:  # no _allocate: each attention view is a buffer, a Mamba buffer starts with its first state
+            firsts = [t for value in ours.values() for t in (value if isinstance(value, tuple) else value[:1])]
+        assert all(t.data_ptr() % TRANSFER_ALIGNMENT == 0 for t in firsts)
+
     # Bound to the model like stock.
     for layer, module in ours_runner.compilation_config.static_forward_context.items():
         if layer in ours:
             assert module.kv_cache is not None
     assert len(ours_runner.kv_caches) == len(stock_runner.kv_caches)
+
     # The report measures both sides the same way, from the tensors.
     plan = plan_kv_cache(config, AscendAdapter.layer_dims(ours_runner), skip_layers=ours_runner.runner_only_attn_layers)
     t_ours = build_report(plan, ours, strided=False)["totals"]
     t_stock = build_report(plan, stock, strided=False)["totals"]
-    assert t_ours["bytes_required"] == required and t_ours["duplicated_bytes"] == 0
-    assert t_ours["alignment_padding"] == (TRANSFER_ALIGNMENT * t_ours["raw_buffers"] if kv_transfer else 0)
-    assert (t_ours["bytes_allocated"], t_ours["num_blocks"], t_ours["tokens"]) == (
-        t_stock["bytes_allocated"], t_stock["num_blocks"], t_stock["tokens"])
-    print(f"{name} transfer={kv_transfer}: stock {stock_bytes} bytes, plugin {ours_bytes} bytes, required {required}")
+    assert t_ours["bytes_required"] == required
+    assert t_ours["bytes_allocated"] == ours_bytes and t_stock["bytes_allocated"] == stock_bytes
+    assert (t_ours["num_blocks"], t_ours["tokens"]) == (t_stock["num_blocks"], t_stock["tokens"])
+    if (R, name) not in PLUGIN_BYTES:
+        assert t_ours["duplicated_bytes"] == 0
+        assert t_ours["alignment_padding"] == (TRANSFER_ALIGNMENT * t_ours["raw_buffers"] if kv_transfer else 0)
+    bytes_table.append((name, kv_transfer, stock_bytes, ours_bytes, required))  # printed at the end of the run

@@ -1,5 +1,7 @@
-"""register() on vllm-ascend: the NPUModelRunner's three KV cache methods are
-replaced on the class that defines them, reversibly; ``off`` never touches it."""
+"""register() on vllm-ascend: the installed release's NPUModelRunner KV cache methods
+(``compat.ascend_target()``: 0.13+ the initialisation and its two halves, 0.11 its three
+complete initialisations) are replaced on the class that defines them, reversibly; ``off``
+never touches it."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ import runner_factory as rf
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 import vllm_kv_strategies
-from vllm_kv_strategies import patching
+from vllm_kv_strategies import compat, patching
+from vllm_kv_strategies.adapters import target_of
+from vllm_kv_strategies.adapters.ascend import AscendAdapter
 
-METHODS = ("initialize_kv_cache_tensors", "_allocate_kv_cache_tensors", "_reshape_kv_cache_tensors")
+TARGET = compat.ascend_target()
+METHODS = TARGET.methods
 NPU = rf.NPUModelRunner
 
 
@@ -24,6 +29,21 @@ def originals(monkeypatch):
     yield saved, gpu
     vllm_kv_strategies.unregister()
     assert {m: NPU.__dict__[m] for m in METHODS} == saved
+
+
+def test_target_is_the_installed_releases_methods():
+    expected = compat.ASCEND_TARGET_0_11 if rf.RELEASE < (0, 13) else compat.ASCEND_TARGET
+    assert TARGET == expected == target_of("ascend") and AscendAdapter().target == expected
+    assert all(m in NPU.__dict__ for m in METHODS)
+    assert issubclass(NPU, GPUModelRunner) == (rf.RELEASE >= (0, 13))  # 0.11 does not subclass it
+
+
+def test_other_releases_methods_do_not_patch(originals):
+    """The tripwire: another release's method names fail at patch time (stock stays)."""
+    other = compat.ASCEND_TARGET if TARGET is compat.ASCEND_TARGET_0_11 else compat.ASCEND_TARGET_0_11
+    with pytest.raises(AttributeError, match="does not define"):
+        patching.patch_methods(NPU, {m: (lambda *a: None) for m in other.methods})
+    assert not patching.is_patched(NPU)
 
 
 def test_off_leaves_the_class_untouched(monkeypatch, originals):
@@ -46,9 +66,10 @@ def test_auto_patches_npu_runner_and_unpatch_restores_identity(monkeypatch, orig
     vllm_kv_strategies.unregister()
     assert all(NPU.__dict__[m] is saved[m] for m in METHODS)
     vllm_kv_strategies.register()
-    assert NPU.__dict__["_allocate_kv_cache_tensors"].__wrapped__ is saved["_allocate_kv_cache_tensors"]
+    assert NPU.__dict__[METHODS[1]].__wrapped__ is saved[METHODS[1]]
 
 
+@pytest.mark.skipif(rf.RELEASE < (0, 13), reason="vllm-ascend 0.11 has no _allocate / _reshape halves")
 def test_callers_of_each_half_get_the_strategies_result(monkeypatch, originals):
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     vllm_kv_strategies.register()
@@ -61,6 +82,29 @@ def test_callers_of_each_half_get_the_strategies_result(monkeypatch, originals):
     assert caches.keys() == whole.keys()
     for name in caches:
         assert [tuple(t.shape) for t in caches[name]] == [tuple(t.shape) for t in whole[name]]
-    # one raw buffer per KVCacheTensor, shared by its layers (never one per layer)
-    assert len({raws[n].data_ptr() for n in raws}) == len(config.kv_cache_tensors)
-    assert runner.hybrid_with_attn_and_mamba is True
+    if rf.RELEASE >= (0, 18):
+        # one raw buffer per KVCacheTensor, shared by its layers (never one per layer)
+        assert len({raws[n].data_ptr() for n in raws}) == len(config.kv_cache_tensors)
+        assert runner.hybrid_with_attn_and_mamba is True
+    else:
+        # 0.13 sizing (attention page == padded Mamba page): the Mamba layers of a tensor share
+        # one buffer, its attention layer has K and V of its own
+        mamba = {raws[n].data_ptr() for n in raws if not isinstance(raws[n], tuple)}
+        assert len(mamba) == len(config.kv_cache_tensors)
+        assert runner.hybrid_with_attn_and_mamba is False
+
+
+@pytest.mark.skipif(rf.RELEASE >= (0, 13), reason="vllm-ascend 0.11's three initialisations")
+@pytest.mark.parametrize("model", ["qwen3_8b", "deepseek_v3", "deepseek_v32", "qwen3_next"])
+def test_each_0_11_initialisation_gets_the_strategies_result(monkeypatch, originals, model):
+    """Whichever of the three ``initialize_kv_cache`` calls, the plugin builds the config."""
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    vllm_kv_strategies.register()
+    mk = getattr(rf, model)()
+    results = [getattr(mk.make_runner(), m)(copy.deepcopy(mk.kv_cache_config)) for m in METHODS]
+    for other in results[1:]:
+        assert other.keys() == results[0].keys()
+        for name in other:
+            assert [(t.shape, t.dtype, t.stride()) for t in other[name]] == [
+                (t.shape, t.dtype, t.stride()) for t in results[0][name]
+            ]

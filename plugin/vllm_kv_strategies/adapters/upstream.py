@@ -1,7 +1,8 @@
 """vLLM's own model runner (``GPUModelRunner``; the CPU runner inherits it).
 
 Replaces ``GPUModelRunner.initialize_kv_cache_tensors`` for vLLM releases with
-strided ``KVCacheTensor`` s (0.30+). The result is what stock builds
+strided ``KVCacheTensor`` s (0.30+; what differs between 0.30, 0.31 and 0.32 is
+in :mod:`vllm_kv_strategies.compat`). The result is what stock builds
 (``vllm/v1/worker/utils.py::allocate_kv_cache``): one backing int8 allocation
 of the config's size, each layer a ``[B, H, N, C]`` view placed by its tensor's
 offset, layer stride and block stride in the resolved KV cache layout (vLLM's
@@ -42,7 +43,11 @@ def allocate_upstream(
         KVCacheLayoutError: the tensors disagree on the backing size, or a
             block stride is smaller than a layer's page.
     """
-    from vllm.v1.kv_cache_interface import create_kv_cache_views
+    from vllm.v1.kv_cache_interface import (
+        compute_layer_kv_cache_shape_bytes,
+        compute_layout_strides,
+        create_kv_cache_views,
+    )
 
     tensors = plan.tensors
     if not tensors:
@@ -54,10 +59,19 @@ def allocate_upstream(
     # Check every tensor before allocating anything.
     for tid, tensor in enumerate(tensors):
         num_blocks = compat.tensor_num_blocks(config, tensor)
-        last_layer = len(compat.tensor_layers(tensor)) - 1
+        num_layers = len(compat.tensor_layers(tensor))
         for lp in plan.layers_of(tid):
-            end = tensor.offset + last_layer * tensor.layer_stride + (num_blocks - 1) * tensor.block_stride + lp.page_bytes
-            if tensor.block_stride < lp.page_bytes or end > tensor.size:
+            if not getattr(lp.spec, "has_layer_views", True):
+                continue
+            # The bytes the layer views will touch, in any layout (head-major
+            # layouts have block strides smaller than a page).
+            shape = (num_layers, *compute_layer_kv_cache_shape_bytes(lp.spec, num_blocks))
+            strides = compute_layout_strides(
+                lp.spec, num_blocks, num_layers, layout,
+                fixed_strides=(tensor.layer_stride, tensor.block_stride, None, None, None),
+            )
+            end = tensor.offset + sum((n - 1) * st for n, st in zip(shape, strides)) + 1
+            if end > tensor.size:
                 raise KVCacheLayoutError(
                     f"layer {lp.name!r} ({type(lp.spec).__name__}, {lp.strategy.name}, page {lp.page_bytes} "
                     f"bytes): KV cache tensor {tid} (block stride {tensor.block_stride}, layer stride "
@@ -77,6 +91,7 @@ def allocate_upstream(
         kernel_block_size = None
         if kernel_block_sizes is not None and lp.group_id < len(kernel_block_sizes):
             kernel_block_size = kernel_block_sizes[lp.group_id]
+        kernel_block_size = compat.view_kernel_block_size(lp.spec, kernel_block_size)
         views = create_kv_cache_views(
             buf, lp.spec, compat.tensor_num_blocks(config, tensor), layout, tensor, kernel_block_size=kernel_block_size
         )
@@ -109,8 +124,6 @@ class UpstreamAdapter(RunnerAdapter):
         kv_cache_allocation_context: Any = None,
     ) -> dict[str, torch.Tensor]:
         """Same signature and result as the stock method; see the module doc."""
-        from vllm.v1.worker.utils import bind_kv_cache, map_kv_caches_to_kernel_blocks
-
         plan = self.plan_or_fallback(runner, kv_cache_config)
         if plan is None:
             return stock(runner, kv_cache_config, kernel_block_sizes, kv_cache_allocation_context)
@@ -127,13 +140,13 @@ class UpstreamAdapter(RunnerAdapter):
         attn_groups = [g for groups in runner.attn_groups for g in groups]
         if runner.speculative_config:
             attn_groups += getattr(runner.drafter, "draft_attn_groups", [])
-        bind_kv_cache(
+        compat.bind_upstream_kv_cache(
             kv_caches,
             runner.compilation_config.static_forward_context,
             runner.kv_caches,
             num_attn_module,
-            kv_cache_groups=kv_cache_config.kv_cache_groups,
-            layer_kv_caches=map_kv_caches_to_kernel_blocks(kv_caches, attn_groups),
+            kv_cache_config.kv_cache_groups,
+            compat.kernel_block_layer_views(kv_caches, attn_groups),
         )
         log_summary(plan, kv_caches)
         return kv_caches

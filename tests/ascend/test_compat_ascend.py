@@ -1,0 +1,329 @@
+"""Each vllm-ascend release difference that ``vllm_kv_strategies.compat`` translates, tested on
+the installed release (0.11.0, 0.13.0, 0.18.0 or 0.23.0) against that release's real classes,
+with exact numbers; pure translations are also checked for every release's value.
+
+| difference | releases | compat |
+|---|---|---|
+| methods to patch | 0.11: 3 complete inits; 0.13+: init + _allocate + _reshape | ``ascend_target`` |
+| Mamba state views | 0.11: block-interleaved (page stride); 0.13+: state after state | ``mamba_states_interleaved`` |
+| DeepSeek V3.2 layers | 0.11 / 0.13: FullAttentionSpec(1, 576), 2x page; 0.18+: MLA spec + sparse_head_dim | ``legacy_sparse_mla``, ``normalize_legacy_specs`` |
+| kernel block size | <= 0.13: ``get_supported_block_size``; 0.18+: ``get_supported_kernel_block_sizes`` | ``kernel_block_size`` |
+| format cast of views | 0.11: ``NPUModelRunner._convert_torch_format``; later: none | ``format_converter`` |
+| FA-quant probe | 0.18+: ``vllm_ascend.quantization.utils.enable_fa_quant``; before: none | ``fa_quant_enabled`` |
+| MLA spec class | 0.18 rebinds ``kv_cache_interface.MLAAttentionSpec`` to its subclass | ``_vllm_spec_class`` |
+| sparse C8 flag | 0.18: ``cache_sparse_c8``; 0.23: ``cache_sparse_{sfa,li}_c8`` | ``require_dense_attention`` |
+| ``KVCacheTensor`` | ``size`` + ``shared_by`` in all four | ``tensor_layers`` |
+
+Also here: 0.11 stock cannot build sliding-window layers beside full attention (the plugin can),
+and the adapter's block-consistency rule for hybrid tensors on each release's sizing.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+import npu_stubs
+import runner_factory as rf
+from vllm.config.kv_transfer import KVTransferConfig
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+
+from vllm_kv_strategies import compat, patching
+from vllm_kv_strategies.adapters.ascend import (
+    AscendAdapter,
+    crosses_blocks,
+    shares_block_consistently,
+)
+from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
+from vllm_kv_strategies.plan import plan_kv_cache
+from vllm_kv_strategies.registry import default_registry
+from vllm_kv_strategies.strategies import ModelDims
+
+R = rf.RELEASE
+BF16 = torch.bfloat16
+A = "model.layers.{}.self_attn.attn".format
+RELEASES = ("0.11.0", "0.13.0", "0.18.0", "0.23.0")
+
+
+def plugin_init(runner, config):
+    stock = patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))
+    return AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config))
+
+
+def stock_init(runner, config):
+    return patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))(runner, copy.deepcopy(config))
+
+
+def allocated(kv_caches: dict) -> int:
+    return sum(
+        {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for v in kv_caches.values() for t in v}.values()
+    )
+
+
+# -- methods to patch ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_ascend_target_per_release(release):
+    expected = compat.ASCEND_TARGET_0_11 if release == "0.11.0" else compat.ASCEND_TARGET
+    assert compat.ascend_target(release) is expected
+    assert compat.ascend_target(release + "+cpu") is expected
+
+
+def test_ascend_target_names_the_installed_classes_methods():
+    assert all(m in rf.NPUModelRunner.__dict__ for m in compat.ascend_target().methods)
+
+
+# -- Mamba state views -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_mamba_states_interleaved_per_release(release):
+    assert compat.mamba_states_interleaved(release) is (release == "0.11.0")
+
+
+def test_mamba_layout_is_the_installed_stocks():
+    """The translation agrees with what the release's own runner builds: Qwen3-Next TP4 conv /
+    ssm views with dim-0 stride one (padded) page, or contiguous."""
+    mk = rf.qwen3_next(tp=4)
+    conv, ssm = stock_init(mk.make_runner(), mk.kv_cache_config)["model.layers.0.linear_attn"]
+    page = mk.specs["model.layers.0.linear_attn"].page_size_bytes
+    if compat.mamba_states_interleaved():
+        assert (conv.stride(0), ssm.stride(0)) == (page // 2, page // 2) == (196_608, 196_608)
+        assert ssm.data_ptr() - conv.data_ptr() == 3 * 2048 * 2  # one conv state into page 0
+    else:
+        assert conv.is_contiguous() and ssm.is_contiguous()
+        assert ssm.data_ptr() - conv.data_ptr() == 4 * 3 * 2048 * 2  # after all 4 conv states
+
+
+# -- legacy DeepSeek V3.2 spec ---------------------------------------------------------------
+
+LEGACY = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=BF16)
+V32_DIMS = ModelDims(kv_lora_rank=512, qk_rope_head_dim=64, index_head_dim=128)
+
+
+def test_legacy_sparse_spec_resolves_to_sparse_mla_with_exact_parts():
+    spec = compat.legacy_sparse_mla(LEGACY, V32_DIMS, use_sparse=True)
+    assert isinstance(spec, compat._vllm_spec_class("MLAAttentionSpec"))
+    assert (spec.block_size, spec.num_kv_heads, spec.head_size, spec.dtype) == (128, 1, 704, BF16)
+    assert tuple(spec.sparse_head_dim) == (512, 64, 128)
+    assert (spec.page_size_bytes, compat.unpadded_page_bytes(spec)) == (294_912, 180_224)
+    strategy = default_registry().resolve(spec)
+    assert strategy.name == "sparse_mla"
+    assert [(p.name, p.shape, p.dtype) for p in strategy.page_parts(spec, V32_DIMS)] == [
+        ("nope", (128, 1, 512), BF16),
+        ("rope", (128, 1, 64), BF16),
+        ("indexer_k", (128, 1, 128), BF16),
+    ]
+    # without index_head_dim in the model config: the 128 vllm-ascend 0.11 / 0.13 hard-code
+    no_index = ModelDims(kv_lora_rank=512, qk_rope_head_dim=64)
+    assert tuple(compat.legacy_sparse_mla(LEGACY, no_index, True).sparse_head_dim) == (512, 64, 128)
+
+
+@pytest.mark.parametrize(
+    "spec,use_sparse",
+    [
+        (LEGACY, False),  # DeepSeek V3 style model without an indexer
+        (FullAttentionSpec(block_size=128, num_kv_heads=8, head_size=128, dtype=BF16), True),
+        (FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=512, dtype=BF16), True),
+    ],
+    ids=["no-use_sparse", "dense-heads", "other-head-size"],
+)
+def test_other_specs_are_left_alone(spec, use_sparse):
+    assert compat.legacy_sparse_mla(spec, V32_DIMS, use_sparse) is spec
+
+
+def test_legacy_sparse_indexer_that_does_not_fit_is_refused():
+    with pytest.raises(KVCacheLayoutError, match="do not fit the 294912-byte page"):
+        compat.legacy_sparse_mla(LEGACY, ModelDims(512, 64, 1024), True)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_legacy_sparse_form_per_release(release):
+    assert compat.legacy_sparse_form(release) is (release in ("0.11.0", "0.13.0"))
+    assert compat.legacy_sparse_form() is rf.LEGACY_SPARSE  # the installed release's own spec form
+
+
+def test_normalize_legacy_specs_copies_only_when_needed():
+    config = KVCacheConfig(8, [KVCacheTensor(2_359_296, [A(0)])], [KVCacheGroupSpec([A(0)], LEGACY)])
+    dims = lambda name: V32_DIMS  # noqa: E731
+    assert compat.normalize_legacy_specs(config, dims, False, "0.13.0") is config
+    # 0.18+: such a layer is a plain attention layer beside the sparse ones; it keeps its K/V
+    assert compat.normalize_legacy_specs(config, dims, True, "0.18.0") is config
+    out = compat.normalize_legacy_specs(config, dims, True, "0.13.0")
+    assert out is not config and config.kv_cache_groups[0].kv_cache_spec is LEGACY
+    assert out.kv_cache_tensors is config.kv_cache_tensors and out.num_blocks == 8
+    assert tuple(out.kv_cache_groups[0].kv_cache_spec.sparse_head_dim) == (512, 64, 128)
+
+
+@pytest.mark.skipif(not rf.LEGACY_SPARSE, reason="vllm-ascend 0.18+ emit the sparse MLA spec")
+def test_legacy_sparse_layer_exact_on_the_release_runner():
+    """C07 in the legacy form: one layer, N = 8, a 2,359,296-byte tensor (8 x 294,912): nope,
+    rope and indexer K in three buffers, 1,441,792 bytes. Stock 0.13 also allocates the unused
+    917,504 (its indexer buffer is half the tensor); 0.11's sparse initialisation does not."""
+    config = KVCacheConfig(8, [KVCacheTensor(2_359_296, [A(0)])], [KVCacheGroupSpec([A(0)], LEGACY)])
+    kw = dict(attention_kind="sfa", model_type="deepseek_v32", index_head_dim=128)
+    ours, stock = plugin_init(rf.make_runner(config, **kw), config), stock_init(rf.make_runner(config, **kw), config)
+    assert [(tuple(t.shape), t.numel() * 2) for t in ours[A(0)]] == [
+        ((8, 128, 1, 512), 1_048_576),
+        ((8, 128, 1, 64), 131_072),
+        ((8, 128, 1, 128), 262_144),
+    ]
+    assert [(t.shape, t.dtype, t.stride()) for t in ours[A(0)]] == [(t.shape, t.dtype, t.stride()) for t in stock[A(0)]]
+    assert allocated(ours) == 1_441_792
+    assert allocated(stock) == {(0, 11): 1_441_792, (0, 13): 2_359_296}[R]
+
+
+# -- kernel block size -----------------------------------------------------------------------
+
+
+def test_kernel_block_size_of_the_releases_backend():
+    assert compat.kernel_block_size(rf.AscendAttentionBackend) == 128
+
+
+class MultipleOf:  # shaped like vLLM's (0.13+) "any multiple of base" kernel block size
+    def __init__(self, base: int):
+        self.base = base
+
+
+def test_kernel_block_size_names():
+    v013 = SimpleNamespace(get_supported_block_size=lambda: [64], get_supported_kernel_block_sizes=lambda: [MultipleOf(1)])
+    assert compat.kernel_block_size(v013) == 64  # Ascend's own name wins over vLLM's default
+    assert compat.kernel_block_size(SimpleNamespace(get_supported_kernel_block_sizes=lambda: [128])) == 128
+    assert compat.kernel_block_size(SimpleNamespace(get_supported_kernel_block_sizes=lambda: [MultipleOf(16)])) is None
+    assert compat.kernel_block_size(SimpleNamespace()) is None
+
+
+# -- format cast -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["qwen3_8b", "deepseek_v3", "deepseek_v32", "qwen3_next"])
+def test_format_cast_as_the_release_runner(model):
+    """0.11 casts every attention view (not Mamba states) through _convert_torch_format
+    (npu_format_cast, stubbed as identity); later releases cast nothing on A2."""
+    mk = getattr(rf, model)()
+    runner = mk.make_runner()
+    convert = compat.format_converter(runner)
+    assert (convert is not None) == (R < (0, 13))
+    cast = npu_stubs.format_cast_mock()
+    before = cast.call_count
+    ours = plugin_init(runner, mk.kv_cache_config)
+    plugin_casts = cast.call_count - before
+    before = cast.call_count
+    stock_init(mk.make_runner(), mk.kv_cache_config)
+    assert plugin_casts == cast.call_count - before
+    attention_views = sum(len(v) for v in ours.values() if isinstance(v, tuple))
+    assert plugin_casts == (attention_views if R < (0, 13) else 0)
+
+
+# -- FA quant --------------------------------------------------------------------------------
+
+
+def test_fa_quant_probe():
+    quant = SimpleNamespace(enable_fa_quant=True, get_kv_quant_split_factor=lambda *a: (2, 2))
+    consumer = KVTransferConfig(kv_connector="MooncakeConnectorV1", kv_role="kv_consumer")
+    vllm_config = SimpleNamespace(quant_config=quant, kv_transfer_config=consumer)
+    assert compat.fa_quant_enabled(vllm_config) is (R >= (0, 18))
+    runner = rf.qwen3_8b().make_runner()
+    runner.vllm_config.quant_config, runner.vllm_config.kv_transfer_config = quant, consumer
+    reason = AscendAdapter._stock_only_reason(runner)
+    assert (reason == "quantised attention KV cache (FA quant)") is (R >= (0, 18))
+
+
+def test_int8_bsh_kv_cache_keeps_stock(monkeypatch):
+    """vllm-ascend 0.11's ``additional_config={"kv_cache_dtype": "int8"}`` lays K/V out as BSH."""
+    mk = rf.qwen3_8b()
+    runner = mk.make_runner(additional_config={"kv_cache_dtype": "int8"})
+    sentinel = {"stock": True}
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    assert AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, mk.kv_cache_config) is sentinel
+    monkeypatch.setenv("KV_STRATEGIES", "on")
+    with pytest.raises(KVCacheLayoutError, match="BSH"):
+        AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, mk.kv_cache_config)
+
+
+# -- MLA spec class rebinding, sparse C8 flags ------------------------------------------------
+
+
+def test_strategies_serve_vllms_own_mla_spec_class():
+    import vllm.v1.kv_cache_interface as kvi  # noqa: PLC0415
+
+    mla = compat.mla_spec_types()[0]
+    assert mla is rf.MLAAttentionSpec and mla.__module__ == "vllm.v1.kv_cache_interface"
+    assert (kvi.MLAAttentionSpec is rf.AscendMLAAttentionSpec) is (R == (0, 18))  # 0.18's rebinding
+    plain = rf.MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=BF16)
+    assert default_registry().resolve(plain).name == "mla"
+    if rf.AscendMLAAttentionSpec is not None:
+        sub = rf.AscendMLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=BF16)
+        sparse = rf.AscendMLAAttentionSpec(
+            block_size=128, num_kv_heads=1, head_size=704, dtype=BF16, sparse_head_dim=(512, 64, 128)
+        )
+        assert (default_registry().resolve(sub).name, default_registry().resolve(sparse).name) == ("mla", "sparse_mla")
+
+
+@pytest.mark.parametrize("flag", ["cache_sparse_c8", "cache_sparse_sfa_c8", "cache_sparse_li_c8"])
+def test_sparse_c8_flags_are_refused(flag):
+    fields = getattr(rf.AscendMLAAttentionSpec, "__dataclass_fields__", {})
+    if flag in fields:  # the release's own spec
+        spec = rf.AscendMLAAttentionSpec(
+            block_size=128, num_kv_heads=1, head_size=704, dtype=BF16, sparse_head_dim=(512, 64, 128), **{flag: True}
+        )
+    else:  # the other release's form
+        spec = SimpleNamespace(block_size=128, num_kv_heads=1, head_size=704, dtype=BF16, **{flag: True})
+    with pytest.raises(UnsupportedSpecError, match=flag):
+        compat.require_dense_attention(spec, "sparse_mla")
+
+
+# -- sliding window beside full attention ----------------------------------------------------
+
+
+def test_sliding_window_beside_full_attention():
+    """Gemma-style: 4 full + 4 SWA layers in two groups, tensors shared_by [full_i, swa_i], each
+    4 x 131,072 bytes. vllm-ascend 0.11 stock raises "Unknown KV cache spec type" (its reshape
+    knows FullAttentionSpec and MambaSpec only; it has already given each of the two layers its
+    own K/V); the plugin builds K and V (4, 128, 2, 128) bf16 per layer, the two layers of a tensor
+    aliasing them: 8 buffers, 2,097,152 bytes. Later releases' stock builds the same."""
+    mk = rf.sliding_window_beside_full()
+    config = mk.kv_cache_config
+    assert [t.size for t in config.kv_cache_tensors] == [524_288] * 4
+    ours = plugin_init(mk.make_runner(), config)
+    for i in range(8):
+        assert [(tuple(t.shape), t.dtype) for t in ours[A(i)]] == [((4, 128, 2, 128), BF16)] * 2
+    for i in range(0, 8, 2):
+        assert [t.data_ptr() for t in ours[A(i)]] == [t.data_ptr() for t in ours[A(i + 1)]]
+    assert allocated(ours) == 2_097_152 and len({t.untyped_storage().data_ptr() for v in ours.values() for t in v}) == 8
+    if R < (0, 13):
+        with pytest.raises(ValueError, match="Unknown KV cache spec type"):
+            stock_init(mk.make_runner(), config)
+    else:
+        stock = stock_init(mk.make_runner(), config)
+        assert {n: [(t.shape, t.stride()) for t in v] for n, v in stock.items()} == {
+            n: [(t.shape, t.stride()) for t in v] for n, v in ours.items()
+        }
+        assert allocated(stock) == 2_097_152
+
+
+# -- hybrid tensors: block consistency -------------------------------------------------------
+
+
+def test_crosses_blocks():
+    n = 4
+    assert not crosses_blocks((0, 10, 10), (0, 10, 10), n)  # the same region
+    assert not crosses_blocks((0, 10, 10), (40, 10, 10), n)  # disjoint extents
+    assert crosses_blocks((0, 10, 10), (5, 10, 10), n)  # block 1 of one meets block 0 of the other
+    assert crosses_blocks((0, 10, 10), (10, 10, 10), n)  # shifted by a block
+    assert not crosses_blocks((0, 20, 8), (8, 20, 12), n)  # interleaved parts of one page
+    assert crosses_blocks((0, 16, 16), (0, 32, 16), n)  # different strides over the same bytes
+
+
+def test_hybrid_tensors_share_one_buffer_only_on_block_consistent_sizing():
+    """T-HYB on the release's sizing: 0.18+ (K page == ssm page, padded page 2A + conv) is
+    block-consistent with state-after-state Mamba views; 0.11 / 0.13 sizing (attention page ==
+    padded Mamba page) is not, in either Mamba layout."""
+    mk = rf.t_hyb_toy()
+    plan = plan_kv_cache(mk.kv_cache_config, ModelDims())
+    layers, size = tuple(plan.layers_of(0)), mk.kv_cache_config.kv_cache_tensors[0].size
+    consistent = {il: shares_block_consistently(layers, 4, size, il) for il in (False, True)}
+    assert consistent == {False: R >= (0, 18), True: False}
