@@ -61,6 +61,7 @@ else:
         "test_patch_ascend.py",
         "test_public_cases.py",
         "test_runner_factory.py",
+        "test_benchmark_quick.py",
     }
 
     if ASCEND_VERSION != "0.23.0":

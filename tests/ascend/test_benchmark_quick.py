@@ -1,0 +1,28 @@
+"""The Ascend memory benchmark still runs (quick mode; timings are not judged)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_ascend_memory_benchmark_runs_quick(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "ascend_memory.py"), "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert {row["model"] for row in results["memory"]} == {
+        "Qwen3-Next-80B-A3B TP4", "DeepSeek-V3", "DeepSeek-V3.2-Exp", "Qwen3-8B"}
+    for row in results["memory"]:
+        plugin = row["plugin"]
+        assert "error" not in plugin, row
+        assert plugin["duplicated_bytes"] == 0 or row["model"].startswith("Qwen3-Next"), row
+        if "error" not in row["stock"]:
+            assert plugin["bytes_allocated"] <= row["stock"]["bytes_allocated"], row
