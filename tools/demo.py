@@ -61,6 +61,7 @@ def default_env() -> dict[str, str]:
     cache = os.path.join(tempfile.gettempdir(), "vllm-kv-strategies-e2e-cache")
     env.setdefault("VLLM_CACHE_ROOT", os.path.join(cache, "vllm"))
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache, "inductor"))
+    env.setdefault("KV_STRATEGIES_REPORT", tempfile.mkdtemp(prefix="kv-strategies-report-"))
     return env
 
 
@@ -229,6 +230,10 @@ def main(argv=None) -> int:
               f"total {time.perf_counter() - t_start:.1f} s", flush=True)
         if tmp_model and not args.keep_model:
             shutil.rmtree(tmp_model, ignore_errors=True)
+    report = Path(env["KV_STRATEGIES_REPORT"]) / "kv_cache_report.rank0.json"
+    if report.exists():  # the worker's JSON report, as `python -m vllm_kv_strategies report` shows it
+        print(f"KV cache report {report}:")
+        subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "report", str(report)], check=False)
     return rc
 
 
