@@ -703,20 +703,6 @@ SETTINGS = settings(
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def installed_versions_once():
-    """``compat.Installed.detect()`` re-reads every distribution's metadata (~15 ms) and the
-    adapter asks for it 2-3 times per KV cache initialisation; the versions cannot change
-    during this module, so read them once (this only saves time)."""
-    from vllm_kv_strategies import compat
-
-    original = compat.Installed.__dict__["detect"]
-    detected = compat.Installed.detect()
-    compat.Installed.detect = classmethod(lambda cls: detected)
-    yield
-    compat.Installed.detect = original
-
-
 @pytest.fixture(scope="module")
 def stats_of(request):
     yield STATS
