@@ -1,8 +1,8 @@
 """Memory, capacity and init time: stock vllm-ascend against the plugin, side by side.
 
-Run in an Ascend cell's environment (tools/test.sh builds them under .venv/):
+Run in an Ascend cell's environment (tools/nox.sh -s ascend-X builds it in .nox/ascend-X with dashes):
 
-    .venv/ascend-0.23.0/bin/python benchmarks/ascend_memory.py [--budget-mib 1024] [--repeats 5] [--quick] [--json OUT]
+    .nox/ascend-0-23-0/bin/python benchmarks/ascend_memory.py [--budget-mib 1024] [--repeats 5] [--quick] [--json OUT]
 
 For the real layer configurations of Qwen3-Next-80B-A3B (TP 4), DeepSeek-V3 (MLA),
 DeepSeek-V3.2-Exp (sparse MLA) and Qwen3-8B (dense), with the same per-device KV

@@ -1,6 +1,6 @@
 """Overhead of the plugin on vLLM's own runner (vLLM CPU build), as ratios to stock.
 
-    .venv/upstream-0.32.0/bin/python benchmarks/upstream_overhead.py [--repeats 3] [--quick] [--json OUT]
+    .nox/upstream-0-32-0/bin/python benchmarks/upstream_overhead.py [--repeats 3] [--quick] [--json OUT]
 
 1. register(): ms in a fresh process (import + register), against `import vllm` alone.
 2. KV cache initialisation, plugin / stock, for a 61-layer DeepSeek-V3 (MLA) and a

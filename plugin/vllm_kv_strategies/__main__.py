@@ -32,17 +32,43 @@ def _matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_patch_target(target: compat.PatchTarget) -> bool:
+    """Print whether ``target``'s class imports and has each method the plugin
+    replaces; True when all are there."""
+    import importlib
+
+    name = f"{target.module}.{target.qualname}"
+    try:
+        cls = getattr(importlib.import_module(target.module), target.qualname)
+    except Exception as exc:  # e.g. ModuleNotFoundError: torch_npu on a machine without an NPU
+        print(f"patch target {name}: cannot import it ({type(exc).__name__}: {exc})")
+        return False
+    print(f"patch target {name}:")
+    found = True
+    for method in target.methods:
+        present = callable(getattr(cls, method, None))
+        found &= present
+        print(f"  {method:42} {'present' if present else 'MISSING'}")
+    return found
+
+
 def _doctor(_: argparse.Namespace) -> int:
+    """Exit 0 when vLLM would run with the plugin active in this environment:
+    entry point visible, KV_STRATEGIES not off, release supported (or forced
+    with ``on``) and every patch target present on the installed runner class."""
+    import logging
     import os
     from importlib.metadata import entry_points
 
-    from . import envs
+    from . import adapters, envs
 
     installed = compat.Installed.detect()
     print(f"vllm-kv-strategies {__version__}")
     for name in ("vllm", "vllm_ascend", "torch", "torch_npu"):
         print(f"  {name:12} {getattr(installed, name) or 'not installed'}")
     print(f"platform: {installed.platform}; in support matrix: {'yes' if installed.supported else 'no'} ({compat.supported_releases()})")
+    logging.getLogger("vllm").setLevel(logging.WARNING)  # importing the runner logs vLLM's INFO lines
+    targets_ok = installed.vllm is not None and _check_patch_target(adapters.target_of(installed.platform))
     eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "kv_strategies"]
     allowed = os.environ.get("VLLM_PLUGINS")
     visible = bool(eps) and (allowed is None or "kv_strategies" in allowed.split(","))
@@ -52,8 +78,15 @@ def _doctor(_: argparse.Namespace) -> int:
     except ValueError as exc:
         print(exc)
         return 1
-    active = visible and mode != "off" and (mode == "on" or installed.supported)
-    print(f"KV_STRATEGIES={mode}: the plugin would {'patch the runner' if active else 'leave vLLM stock'}")
+    if not visible or mode == "off":
+        verdict, active = "leave vLLM stock", False
+    elif mode == "auto" and not installed.supported:
+        verdict, active = "leave vLLM stock (release not in the support matrix; KV_STRATEGIES=on forces it)", False
+    elif not targets_ok:
+        verdict, active = "leave vLLM stock (the runner class cannot be patched here)", False
+    else:
+        verdict, active = "patch the runner", True
+    print(f"KV_STRATEGIES={mode}: the plugin would {verdict}")
     return 0 if active else 1
 
 
@@ -88,7 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("matrix", help="print the supported vLLM / vllm-ascend releases")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(fn=_matrix)
-    sub.add_parser("doctor", help="check the installation; exit 0 when the plugin would be active").set_defaults(fn=_doctor)
+    doctor_help = "check the installation; exit 0 when the plugin would be active"
+    sub.add_parser(
+        "doctor",
+        help=doctor_help,
+        description=f"{doctor_help}. Prints the installed vLLM, vllm-ascend, torch and torch_npu versions, "
+        "whether they are in the support matrix, the runner methods the plugin replaces and whether the "
+        "installed class has them, whether vLLM loads the entry point, and what KV_STRATEGIES would do.",
+    ).set_defaults(fn=_doctor)
     p = sub.add_parser(
         "report",
         help="render a KV cache report (written with KV_STRATEGIES_REPORT=DIR), or compare two (e.g. two releases or configs)",

@@ -1,7 +1,7 @@
 """Tests against the real vllm-ascend (CPU only, NPU modules stubbed).
 
-Run them in a venv built by ``tools/make_venv_ascend.sh VERSION VENV`` (VERSION 0.11.0, 0.13.0,
-0.18.0 or 0.23.0). Elsewhere (no vllm_ascend installed) the whole directory is skipped; on releases
+Run them in an Ascend cell: ``tools/nox.sh -s ascend-X`` (X 0.11.0, 0.13.0, 0.18.0 or 0.23.0)
+builds its environment from ``requirements/ascend-X.txt``. Elsewhere (no vllm_ascend installed) the whole directory is skipped; on releases
 other than 0.23.0, modules outside ``ALL_RELEASES`` are skipped.
 
 The stubs must be in ``sys.modules`` before any test module imports vllm_ascend, so they are
@@ -18,8 +18,8 @@ import sys
 import pytest
 
 SKIP_REASON = (
-    "vllm_ascend is not installed: the tests/ascend suite needs the venv built by "
-    "tools/make_venv_ascend.sh (e.g. tools/make_venv_ascend.sh 0.23.0 /work/venvs/a023)"
+    "vllm_ascend is not installed: the tests/ascend suite runs in an Ascend cell's environment "
+    "(tools/nox.sh -s ascend-0.23.0, or any ascend-X cell of tools/nox.sh -l)"
 )
 AVAILABLE = importlib.util.find_spec("vllm_ascend") is not None
 
@@ -62,6 +62,7 @@ else:
         "test_public_cases.py",
         "test_runner_factory.py",
         "test_benchmark_quick.py",
+        "test_doctor_ascend.py",
     }
 
     if ASCEND_VERSION != "0.23.0":

