@@ -8,4 +8,10 @@
 # Environment: KV_STRATEGIES (default auto) and the plugin's other variables (README).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+for a in "$@"; do
+  if [[ $a == -h || $a == --help ]]; then
+    sed -n '2,8p' "$0" | cut -c3-; echo; echo "tools/demo.py:"; sed -n '3,18p' "$ROOT/tools/demo.py"
+    exit 0
+  fi
+done
 exec "$ROOT/tools/nox.sh" -s demo -- "$@"

@@ -14,6 +14,7 @@ NOX="$ROOT/tools/nox.sh"
 REPORTS=$ROOT/.nox/_reports
 CELLS=(); PYTEST_ARGS=()
 while [[ $# -gt 0 ]]; do
+  if [[ $1 == -h || $1 == --help ]]; then sed -n '2,10p' "$0" | cut -c3-; exit 0; fi
   if [[ $1 == -- ]]; then shift; PYTEST_ARGS=("$@"); break; fi
   CELLS+=("$1"); shift
 done
