@@ -8,13 +8,15 @@
 #         ascend-0.18.0, ascend-0.23.0 (tools/nox.sh -l lists them). Default: all.
 # Exits non-zero if any cell failed, could not be installed, or ran no test (pytest's exit
 # code 5 fails the cell).
+# Disk: each environment takes 1.9-3.3 GiB. Before a cell, when less than KV_TEST_CELL_DISK_GIB
+# (default 4) GiB are free, other cells' environments in .nox are removed (tools/make_room.py).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NOX="$ROOT/tools/nox.sh"
 REPORTS=$ROOT/.nox/_reports
 CELLS=(); PYTEST_ARGS=()
 while [[ $# -gt 0 ]]; do
-  if [[ $1 == -h || $1 == --help ]]; then sed -n '2,10p' "$0" | cut -c3-; exit 0; fi
+  if [[ $1 == -h || $1 == --help ]]; then sed -n '2,12p' "$0" | cut -c3-; exit 0; fi
   if [[ $1 == -- ]]; then shift; PYTEST_ARGS=("$@"); break; fi
   CELLS+=("$1"); shift
 done
@@ -35,12 +37,14 @@ for cell in "${CELLS[@]}"; do
   start=$SECONDS
   echo "=== $cell"
   rm -f "$REPORTS/$cell.installed" "$REPORTS/$cell.xml"
+  python3 "$ROOT/tools/make_room.py" "$ROOT/.nox/${cell//./-}" --need-gib "${KV_TEST_CELL_DISK_GIB:-4}"
   "$NOX" -s "$cell" -- ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}
   rc=$?
   MINUTES[$cell]=$(python3 -c "print(f'{($SECONDS - $start) / 60:.1f}')")
   [[ $rc -eq 0 ]] || FAILED=1
   if [[ ! -f $REPORTS/$cell.installed ]]; then
-    echo "=== $cell: its environment could not be installed (nox exit code $rc; see above)" >&2
+    free=$(python3 -c 'import shutil, sys; print(f"{shutil.disk_usage(sys.argv[1]).free / 2**30:.1f}")' "$ROOT")
+    echo "=== $cell: its environment could not be installed (nox exit code $rc; $free GiB free on disk; see above)" >&2
     RESULT[$cell]="INSTALL FAILED (rc $rc)"; FAILED=1; continue
   fi
   RESULT[$cell]=$(python3 - "$REPORTS/$cell.xml" "$rc" <<'PY'
