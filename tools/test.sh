@@ -31,6 +31,9 @@ for cell in "${CELLS[@]}"; do
   fi
 done
 
+free_gib() { python3 -c 'import shutil, sys; print(f"{shutil.disk_usage(sys.argv[1]).free / 2**30:.1f}")' "$ROOT"; }
+FREE_AT_START=$(free_gib)
+echo "=== disk: $FREE_AT_START GiB free on the filesystem of $ROOT"
 declare -A RESULT MINUTES
 FAILED=0
 for cell in "${CELLS[@]}"; do
@@ -43,8 +46,7 @@ for cell in "${CELLS[@]}"; do
   MINUTES[$cell]=$(python3 -c "print(f'{($SECONDS - $start) / 60:.1f}')")
   [[ $rc -eq 0 ]] || FAILED=1
   if [[ ! -f $REPORTS/$cell.installed ]]; then
-    free=$(python3 -c 'import shutil, sys; print(f"{shutil.disk_usage(sys.argv[1]).free / 2**30:.1f}")' "$ROOT")
-    echo "=== $cell: its environment could not be installed (nox exit code $rc; $free GiB free on disk; see above)" >&2
+    echo "=== $cell: its environment could not be installed (nox exit code $rc; $(free_gib) GiB free on disk; see above)" >&2
     RESULT[$cell]="INSTALL FAILED (rc $rc)"; FAILED=1; continue
   fi
   RESULT[$cell]=$(python3 - "$REPORTS/$cell.xml" "$rc" <<'PY'
@@ -73,4 +75,5 @@ for cell in "${CELLS[@]}"; do
   P=$((P + ${p:-0})); F=$((F + ${f:-0}))
 done
 echo "total: $P passed, $F failed"
+echo "disk: $FREE_AT_START GiB free at the start, $(free_gib) GiB at the end"
 exit $FAILED
