@@ -56,7 +56,7 @@ def make_room(keep: Path, need_gib: float, log=print) -> bool:
         return True
     for env in other_environments(keep):
         log(f"make_room: {free:.1f} GiB free, a cell needs about {need_gib:g} GiB: "
-            f"removing {env} (its cell rebuilds it from its pins)")
+            f"removing {env} (rebuilt from its pins on its next run)")
         shutil.rmtree(env)
         free = free_gib(keep)
         if free >= need_gib:

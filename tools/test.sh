@@ -21,6 +21,10 @@ while [[ $# -gt 0 ]]; do
   CELLS+=("$1"); shift
 done
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+NEED_GIB=${KV_TEST_CELL_DISK_GIB:-4}
+if [[ ! $NEED_GIB =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+  echo "tools/test.sh: KV_TEST_CELL_DISK_GIB='$NEED_GIB' is not a number of GiB (default 4)" >&2; exit 2
+fi
 # The noxfile's default sessions: every cell of the support matrix.
 mapfile -t KNOWN < <("$NOX" --list --json | python3 -c 'import json, sys; print("\n".join(s["session"] for s in json.load(sys.stdin)))')
 [[ ${#KNOWN[@]} -gt 0 ]] || { echo "tools/test.sh: nox lists no cell" >&2; exit 1; }
@@ -40,7 +44,7 @@ for cell in "${CELLS[@]}"; do
   start=$SECONDS
   echo "=== $cell"
   rm -f "$REPORTS/$cell.installed" "$REPORTS/$cell.xml"
-  python3 "$ROOT/tools/make_room.py" "$ROOT/.nox/${cell//./-}" --need-gib "${KV_TEST_CELL_DISK_GIB:-4}"
+  python3 "$ROOT/tools/make_room.py" "$ROOT/.nox/${cell//./-}" --need-gib "$NEED_GIB"
   "$NOX" -s "$cell" -- ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}
   rc=$?
   MINUTES[$cell]=$(python3 -c "print(f'{($SECONDS - $start) / 60:.1f}')")
