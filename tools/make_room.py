@@ -55,13 +55,13 @@ def make_room(keep: Path, need_gib: float, log=print) -> bool:
     if free >= need_gib:
         return True
     for env in other_environments(keep):
-        log(f"make_room: {free:.1f} GiB free, a cell needs about {need_gib:g} GiB: "
+        log(f"make_room: {free:.2f} GiB free, a cell needs about {need_gib:g} GiB: "
             f"removing {env} (rebuilt from its pins on its next run)")
         shutil.rmtree(env)
         free = free_gib(keep)
         if free >= need_gib:
             return True
-    log(f"make_room: only {free:.1f} GiB free on the filesystem of {keep}, a cell needs about "
+    log(f"make_room: only {free:.2f} GiB free on the filesystem of {keep}, a cell needs about "
         f"{need_gib:g} GiB, and no other environment is left to remove; trying anyway")
     return False
 

@@ -51,8 +51,8 @@ def test_removes_least_recently_installed_first_until_enough(nox):
     # 0.5 + 2.2 (ascend-0-11-0, oldest) = 2.7 < 4; + 1.9 (ascend-0-13-0) = 4.6 >= 4: stop there.
     assert sorted(p.name for p in nox.iterdir()) == ["_reports", "upstream-0-32-0"]
     assert len(logged) == 2
-    assert "0.5 GiB free, a cell needs about 4 GiB: removing" in logged[0] and "ascend-0-11-0" in logged[0]
-    assert "2.7 GiB free" in logged[1] and "ascend-0-13-0" in logged[1]
+    assert "0.50 GiB free, a cell needs about 4 GiB: removing" in logged[0] and "ascend-0-11-0" in logged[0]
+    assert "2.70 GiB free" in logged[1] and "ascend-0-13-0" in logged[1]
 
 
 def test_never_removes_the_cells_own_environment(nox):
@@ -60,7 +60,7 @@ def test_never_removes_the_cells_own_environment(nox):
     assert not make_room.make_room(nox / "upstream-0-32-0", need_gib=10.0, log=logged.append)
     # Both others gone (0.5 + 2.2 + 1.9 = 4.6 GiB), its own kept, the reports folder kept.
     assert sorted(p.name for p in nox.iterdir()) == ["_reports", "upstream-0-32-0"]
-    assert "only 4.6 GiB free" in logged[-1] and "needs about 10 GiB" in logged[-1]
+    assert "only 4.60 GiB free" in logged[-1] and "needs about 10 GiB" in logged[-1]
 
 
 def test_main_exit_status(nox, capsys):
