@@ -1,6 +1,7 @@
 """Make disk room for the next test cell by removing other cells' environments.
 
     python3 tools/make_room.py .nox/ascend-0-23-0 [--need-gib 4]
+    python3 tools/make_room.py --free PATH     # print the free GiB on PATH's filesystem
 
 A cell's environment takes 1.9 GiB (ascend-0.13.0) to 3.3 GiB (upstream-X:
 torch 0.75, triton 1.0, vLLM 0.5), so the seven of them need about 17 GiB,
@@ -70,10 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("env", type=Path, help="the environment the next cell uses (kept), e.g. .nox/ascend-0-23-0")
+    parser.add_argument("--free", action="store_true", help="only print the free GiB on ENV's filesystem (one decimal)")
     parser.add_argument("--need-gib", type=float, default=4.0,
                         help="free GiB wanted before the cell starts (default 4: the largest "
                              "environment, 3.3 GiB, plus pip's downloads and the tests' files)")
     args = parser.parse_args(argv)
+    if args.free:
+        print(f"{free_gib(args.env):.1f}")
+        return 0
     return 0 if make_room(args.env, args.need_gib) else 1
 
 

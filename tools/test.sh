@@ -35,7 +35,7 @@ for cell in "${CELLS[@]}"; do
   fi
 done
 
-free_gib() { python3 -c 'import shutil, sys; print(f"{shutil.disk_usage(sys.argv[1]).free / 2**30:.1f}")' "$ROOT"; }
+free_gib() { python3 "$ROOT/tools/make_room.py" --free "$ROOT"; }
 FREE_AT_START=$(free_gib)
 echo "=== disk: $FREE_AT_START GiB free on the filesystem of $ROOT"
 declare -A RESULT MINUTES

@@ -69,6 +69,12 @@ def test_main_exit_status(nox, capsys):
     assert make_room.main([str(nox / "ascend-0-13-0"), "--need-gib", "100"]) == 1
 
 
+def test_main_free_prints_the_free_gib_and_removes_nothing(nox, capsys):
+    assert make_room.main(["--free", str(nox / "ascend-0-23-0")]) == 0
+    assert capsys.readouterr().out == "0.5\n"
+    assert sorted(p.name for p in nox.iterdir()) == ["_reports", "ascend-0-11-0", "ascend-0-13-0", "upstream-0-32-0"]
+
+
 def test_free_gib_of_a_path_not_yet_created(tmp_path):
     # The cell's environment does not exist before its first run: its parent's filesystem counts.
     assert make_room.free_gib(tmp_path / ".nox" / "upstream-0-32-0") > 0
