@@ -8,7 +8,7 @@ worker. Importing this package imports neither torch nor vLLM.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 #: What register() decided in this process: None (not yet), "off", "stock"
 #: (left stock: unsupported release or a failure) or the patched platform.

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from . import __version__, compat
+from . import compat
+from ._version import __version__
 
 
 def _strategies(_: argparse.Namespace) -> int:

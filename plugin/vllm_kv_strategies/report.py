@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from . import __version__, compat
+from . import compat
+from ._version import __version__
 from .logger import PREFIX, logger
 from .plan import KVCachePlan
 
