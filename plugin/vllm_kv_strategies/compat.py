@@ -24,7 +24,7 @@ import importlib.util
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from .errors import IncompatibleRunnerError, KVCacheLayoutError, UnsupportedSpecError
 
@@ -33,7 +33,7 @@ from .errors import IncompatibleRunnerError, KVCacheLayoutError, UnsupportedSpec
 # ---------------------------------------------------------------------------
 
 #: vLLM releases whose upstream GPU/CPU model runner is proven end to end.
-UPSTREAM_VLLM_RELEASES: tuple[str, ...] = ("0.30.0", "0.31.0", "0.32.0")
+UPSTREAM_VLLM_RELEASES: tuple[str, ...] = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
 #: (vLLM, vllm-ascend) pairs whose NPUModelRunner is proven against stock.
 ASCEND_RELEASES: tuple[tuple[str, str], ...] = (
     ("0.11.0", "0.11.0"),
@@ -529,6 +529,48 @@ def tensor_num_blocks(kv_cache_config: Any, tensor: Any) -> int:
     """Blocks addressable through ``tensor`` (0.30+ strided tensors)."""
     num_blocks_of = getattr(kv_cache_config, "num_blocks_of", None)
     return num_blocks_of(tensor) if num_blocks_of else kv_cache_config.num_blocks
+
+
+class KVCachePlanner(NamedTuple):
+    """vLLM's two steps from layer specs to one worker's ``KVCacheConfig``
+    (what ``get_kv_cache_configs`` runs per worker, without the memory
+    check): ``get_kv_cache_groups(vllm_config, specs)`` groups the layers and
+    unifies page sizes; ``get_kv_cache_config_from_groups(vllm_config,
+    groups, available_memory)`` (0.11: ``..., groups, specs, memory``) sizes
+    the blocks and places the tensors."""
+
+    get_kv_cache_groups: Callable[..., Any]
+    get_kv_cache_config_from_groups: Callable[..., Any]
+
+
+_PLANNER_MODULES = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
+
+
+def kv_cache_planner() -> KVCachePlanner:
+    """The installed vLLM's planning functions, from the module that defines
+    them: ``vllm/v1/core/kv_cache_planning.py`` (0.33) or
+    ``vllm/v1/core/kv_cache_utils.py`` (0.11 - 0.32), found by probing.
+
+    Raises:
+        ImportError: neither module defines both functions (names the modules).
+    """
+    import importlib
+
+    for name in _PLANNER_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        groups = getattr(module, "get_kv_cache_groups", None)
+        config = getattr(module, "get_kv_cache_config_from_groups", None)
+        if groups is not None and config is not None:
+            return KVCachePlanner(groups, config)
+    raise ImportError(
+        "vLLM's KV cache planner (get_kv_cache_groups, get_kv_cache_config_from_groups) is in none of "
+        + ", ".join(_PLANNER_MODULES)
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Run them in an Ascend cell: ``tools/nox.sh -s ascend-X`` (X 0.11.0, 0.13.0, 0.18.0 or 0.23.0)
 builds its environment from ``requirements/ascend-X.txt``. Elsewhere (no vllm_ascend installed) the whole directory is skipped; on releases
-other than 0.23.0, modules outside ``ALL_RELEASES`` are skipped.
+other than 0.23 (0.23.0 or a post-release of it), modules outside ``ALL_RELEASES`` are skipped.
 
 The stubs must be in ``sys.modules`` before any test module imports vllm_ascend, so they are
 installed here, at conftest import time, which pytest does before collecting this directory.
@@ -45,16 +45,19 @@ if not AVAILABLE:
         return _UnavailableModule.from_parent(parent, path=module_path)
 
 else:
-    ASCEND_VERSION = importlib.metadata.version("vllm-ascend")
+    from vllm_kv_strategies.compat import release
+
+    ASCEND_VERSION = importlib.metadata.version("vllm-ascend")  # as installed: 0.23.0.post1
+    ASCEND_RELEASE = release(ASCEND_VERSION)  # what the plugin compares: 0.23.0
 
     os.environ.setdefault("KV_STRATEGIES", "off")  # tests patch explicitly
     sys.path.insert(0, os.path.dirname(__file__))  # npu_stubs, runner_factory
     import npu_stubs  # noqa: E402
 
-    npu_stubs.install(ASCEND_VERSION)
+    npu_stubs.install(ASCEND_RELEASE)
 
     #: Modules written for every release of the support matrix; the others (stock 0.23 facts,
-    #: 0.23 spec forms) are collected on vllm-ascend 0.23.0 only.
+    #: 0.23 spec forms) are collected on vllm-ascend 0.23 only.
     ALL_RELEASES = {
         "test_compare_stock.py",
         "test_compat_ascend.py",
@@ -65,7 +68,7 @@ else:
         "test_doctor_ascend.py",
     }
 
-    if ASCEND_VERSION != "0.23.0":
+    if ASCEND_RELEASE != "0.23.0":
 
         class _OtherReleaseItem(pytest.Item):
             def runtest(self):

@@ -145,8 +145,13 @@ def installed_version() -> str | None:
 
 
 def install(version: str = "0.23.0", *, import_ops: bool = True) -> None:
-    """Install the stubs for vllm-ascend ``version``; then (0.23) import ``vllm_ascend.ops``."""
+    """Install the stubs for vllm-ascend ``version`` (a post-release counts as its base
+    release: 0.23.0.post1 is 0.23.0); then (0.23) import ``vllm_ascend.ops``."""
     global _installed_version, STUB_ROOTS
+    # packaging directly, not compat.release: tools/make_venv_ascend.sh runs this before the plugin is installed.
+    from packaging.version import Version
+
+    version = Version(version).base_version
     if version not in _ROOTS_BY_VERSION:
         raise ValueError(f"unknown vllm-ascend version {version!r}; known: {SUPPORTED_VERSIONS}")
     if _installed_version is not None:

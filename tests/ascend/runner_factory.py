@@ -34,8 +34,8 @@ shapes/dtypes from vLLM's gated-delta-net calculators (through ``Qwen3NextForCau
 imports; vLLM 0.11's needs triton), the hybrid attention block size / Mamba page padding from the
 release's patched ``HybridAttentionMambaModelConfig`` (0.11 / 0.13: attention page >= Mamba
 page, Mamba padded to it; 0.18+: K page == ssm page, padded page = 2 K pages + conv), and the
-groups + tensors from vLLM's ``kv_cache_utils`` (``get_kv_cache_groups`` +
-``get_kv_cache_config_from_groups``, the two planning steps of ``get_kv_cache_configs``, with
+groups + tensors from vLLM's planner (``get_kv_cache_groups`` + ``get_kv_cache_config_from_groups``
+through ``compat.kv_cache_planner()``, the two planning steps of ``get_kv_cache_configs``, with
 ``num_gpu_blocks_override`` = the requested ``num_blocks``; the max-model-len memory check of
 ``get_kv_cache_configs`` is skipped so that any small ``num_blocks`` works).
 
@@ -60,10 +60,6 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 from vllm.config.kv_transfer import KVTransferConfig
-from vllm.v1.core.kv_cache_utils import (
-    get_kv_cache_config_from_groups,
-    get_kv_cache_groups,
-)
 from vllm.v1.kv_cache_interface import (
     AttentionSpec,
     FullAttentionSpec,
@@ -80,6 +76,8 @@ from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
 from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.attention.sfa_v1 import AscendSFABackend
 from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
+
+from vllm_kv_strategies import compat
 
 __all__ = [
     "ASCEND_VERSION",
@@ -105,8 +103,9 @@ __all__ = [
     "t_hyb_toy",
 ]
 
-ASCEND_VERSION = importlib.metadata.version("vllm-ascend")
-RELEASE = tuple(int(x) for x in ASCEND_VERSION.split(".")[:2])
+ASCEND_VERSION = importlib.metadata.version("vllm-ascend")  # as installed: 0.23.0.post1
+#: (major, minor) of the base release, as the plugin compares releases (compat.release).
+RELEASE = tuple(int(x) for x in compat.release(ASCEND_VERSION).split(".")[:2])
 ALIGNMENT = 2 * 1024 * 1024  # vllm-ascend's transfer alignment (_align_memory callers)
 BF16 = torch.bfloat16
 
@@ -477,6 +476,7 @@ def build_kv_cache_config(
     specs = dict(specs)  # get_kv_cache_groups may rewrite entries in place
     if registry is not None:
         registry.check_kv_cache_spec_registry(specs)
+    get_kv_cache_groups, get_kv_cache_config_from_groups = compat.kv_cache_planner()
     groups = get_kv_cache_groups(vllm_config, specs)
     if "kv_cache_specs" in inspect.signature(get_kv_cache_config_from_groups).parameters:  # 0.11
         config = get_kv_cache_config_from_groups(vllm_config, groups, specs, 1 << 40)

@@ -23,7 +23,7 @@ RUNNER = "vllm_ascend.worker.model_runner_v1.NPUModelRunner"
 #: The methods the plugin replaces, per release (read from each release's runner).
 METHODS = (
     ("initialize_kv_cache_tensors", "initialize_kv_cache_tensors_deepseek_mla", "initialize_kv_cache_tensors_deepseek_sfa")
-    if ASCEND == "0.11.0"
+    if compat.release(ASCEND) == "0.11.0"
     else ("initialize_kv_cache_tensors", "_allocate_kv_cache_tensors", "_reshape_kv_cache_tensors")
 )
 

@@ -63,7 +63,9 @@ from typing import Any
 import pytest
 import torch
 
-if importlib.metadata.version("vllm-ascend").split("+")[0] != "0.23.0":
+from vllm_kv_strategies import compat
+
+if compat.release(importlib.metadata.version("vllm-ascend")) != "0.23.0":
     pytest.skip(
         "the properties are written for vllm-ascend 0.23.0 (AscendMLAAttentionSpec with sparse_head_dim, "
         "state-after-state Mamba views, K page == ssm page hybrids)",

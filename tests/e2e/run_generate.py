@@ -128,6 +128,11 @@ def main(argv=None) -> int:
         "--no-enforce-eager", dest="enforce_eager", action="store_false",
         help="let vLLM torch.compile the model (slow on CPU)",
     )
+    ap.add_argument(
+        "--kv-cache-memory-bytes", type=int, default=None,
+        help="fixed KV cache size (GPU: vLLM then skips memory profiling, so runs can share a device)",
+    )
+    ap.add_argument("--gpu-memory-utilization", type=float, default=None, help="vLLM's default if unset")
     args = ap.parse_args(argv)
 
     _setdefault_env()
@@ -152,6 +157,8 @@ def main(argv=None) -> int:
         tensor_parallel_size=args.tensor_parallel_size,
         enforce_eager=args.enforce_eager,
         seed=0,
+        **{k: v for k, v in (("kv_cache_memory_bytes", args.kv_cache_memory_bytes),
+                             ("gpu_memory_utilization", args.gpu_memory_utilization)) if v is not None},
     )
     t_init = time.perf_counter() - t1
 
@@ -193,7 +200,7 @@ def main(argv=None) -> int:
         "env": {
             k: os.environ.get(k)
             for k in ("KV_STRATEGIES", "KV_STRATEGIES_TEST_FAULT", "E2E_HARNESS_FAULT",
-                      "VLLM_ENABLE_V1_MULTIPROCESSING")
+                      "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_USE_V2_MODEL_RUNNER")
         },
         "enforce_eager": args.enforce_eager,
         "timings_s": {

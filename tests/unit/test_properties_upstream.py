@@ -37,7 +37,6 @@ from hypothesis import HealthCheck, event, example, given, settings  # noqa: E40
 from hypothesis import strategies as st  # noqa: E402
 from test_upstream_adapter import assert_same, make_runner  # noqa: E402  (tests/unit is on sys.path)
 from vllm.config import VllmConfig  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
     KVQuantMode,
@@ -47,7 +46,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 )
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 
-from vllm_kv_strategies import patching  # noqa: E402
+from vllm_kv_strategies import compat, patching  # noqa: E402
 from vllm_kv_strategies.adapters.upstream import UpstreamAdapter  # noqa: E402
 from vllm_kv_strategies.errors import KVCacheLayoutError  # noqa: E402
 
@@ -153,8 +152,9 @@ def plan(specs: dict, layout: str, num_blocks: int):
     vllm_config = base_config()
     vllm_config.cache_config.kv_cache_layout = layout
     vllm_config.cache_config.num_gpu_blocks_override = num_blocks
-    groups = get_kv_cache_groups(vllm_config, dict(specs))
-    config = get_kv_cache_config_from_groups(vllm_config, groups, 1 << 40)
+    planner = compat.kv_cache_planner()
+    groups = planner.get_kv_cache_groups(vllm_config, dict(specs))
+    config = planner.get_kv_cache_config_from_groups(vllm_config, groups, 1 << 40)
     assert config.num_blocks == num_blocks
     return vllm_config, config
 

@@ -20,7 +20,6 @@ import torch
 pytest.importorskip("vllm.v1.worker.gpu_model_runner", reason="needs vLLM's upstream runner (vLLM >= 0.30)")
 
 from vllm.config import VllmConfig  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups  # noqa: E402
 import vllm.v1.kv_cache_interface as kv_cache_interface  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
@@ -30,7 +29,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 )
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 
-from vllm_kv_strategies import patching  # noqa: E402
+from vllm_kv_strategies import compat, patching  # noqa: E402
 from vllm_kv_strategies.adapters.upstream import UpstreamAdapter  # noqa: E402
 from vllm_kv_strategies.errors import UnsupportedSpecError  # noqa: E402
 
@@ -50,8 +49,9 @@ class Layer:
 def make_config(specs: dict, layout: str, memory: int):
     vllm_config = VllmConfig()
     vllm_config.cache_config.kv_cache_layout = layout
-    groups = get_kv_cache_groups(vllm_config, dict(specs))
-    return vllm_config, get_kv_cache_config_from_groups(vllm_config, groups, memory)
+    planner = compat.kv_cache_planner()
+    groups = planner.get_kv_cache_groups(vllm_config, dict(specs))
+    return vllm_config, planner.get_kv_cache_config_from_groups(vllm_config, groups, memory)
 
 
 def make_runner(vllm_config, layer_names, *, hf_config=None, shared=None):
