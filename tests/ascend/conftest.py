@@ -86,6 +86,17 @@ else:
     #: (model, kv_transfer, stock bytes, plugin bytes, required bytes), filled by test_compare_stock.
     BYTES_TABLE: list[tuple[str, bool, int, int, int]] = []
 
+    @pytest.fixture(autouse=True)
+    def strategies_on(monkeypatch):
+        """Tests call the adapter's methods directly, as if the plugin were active with
+        ``KV_STRATEGIES=on`` (errors raise); the ``auto`` fallbacks are tested by setting
+        ``auto`` explicitly. The process starts with ``off`` so that nothing patches the
+        runner while vLLM loads its plugins at import."""
+        monkeypatch.setenv("KV_STRATEGIES", "on")
+        from vllm_kv_strategies.logger import reset_warn_once
+
+        reset_warn_once()
+
     @pytest.fixture
     def bytes_table():
         return BYTES_TABLE

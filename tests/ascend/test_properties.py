@@ -86,7 +86,8 @@ from vllm.v1.kv_cache_interface import (
 from vllm_ascend.core.kv_cache_interface import AscendMLAAttentionSpec
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter, crosses_blocks
+from vllm_kv_strategies.adapters.ascend import AscendAdapter
+from vllm_kv_strategies.layout.ascend import crosses_blocks
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 DTYPES = (BF16, FP16, FP32)

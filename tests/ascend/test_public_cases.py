@@ -22,7 +22,8 @@ import runner_factory as rf
 import dataclasses
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, MambaSpec
 
-from vllm_kv_strategies import compat, patching
+from vllm_kv_strategies import patching
+from vllm_kv_strategies.compat import ascend as facts
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.errors import KVCacheLayoutError
 
@@ -132,7 +133,7 @@ def test_c03_mamba_states_with_mixed_dtypes_placed_by_bytes():
     config = KVCacheConfig(4, [KVCacheTensor(137216, [L(0)])], [KVCacheGroupSpec([L(0)], spec)])
     _, kv = init(config)
     conv, ssm = kv[L(0)]
-    if compat.mamba_states_interleaved():  # 0.11: block j of each state in page j (34304 bytes)
+    if facts.mamba_states_interleaved():  # 0.11: block j of each state in page j (34304 bytes)
         assert layout(conv) == ((4, 3, 256), BF16, 0, 6144) and conv.stride(0) == 34304 // 2
         assert layout(ssm) == ((4, 2, 64, 64), FP32, 1536, 131072) and ssm.stride(0) == 34304 // 4
     else:  # state after state
@@ -242,14 +243,35 @@ def test_c08_sparse_layers_without_indexer_get_no_indexer_buffer():
     assert allocated(kv) == 45056 + 36864
 
 
-def test_attention_layers_whose_parts_differ_cannot_share_a_tensor():
+def test_attention_layers_with_equal_bytes_per_part_share_a_tensor_each_in_its_own_shape():
+    """What must match between layers aliasing a buffer is the bytes per block of each part,
+    not the shape (N2 of never-worse-than-stock.md is the full-size case)."""
     wide = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=128, dtype=BF16)  # 8192
     narrow = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)  # 8192
     config = KVCacheConfig(
         2, [KVCacheTensor(16384, [A(0), A(1)])], [KVCacheGroupSpec([A(0)], wide), KVCacheGroupSpec([A(1)], narrow)]
     )
-    with pytest.raises(KVCacheLayoutError, match="cannot live in one set of buffers"):
+    _, kv = init(config)
+    assert [tuple(t.shape) for t in kv[A(0)]] == [(2, 16, 1, 128)] * 2
+    assert [tuple(t.shape) for t in kv[A(1)]] == [(2, 16, 2, 64)] * 2
+    assert [t.data_ptr() for t in kv[A(0)]] == [t.data_ptr() for t in kv[A(1)]]
+    assert allocated(kv) == 16384
+
+
+def test_attention_layers_whose_parts_differ_in_bytes_cannot_share_a_tensor():
+    """Different bytes per block would put block j of one layer over block k != j of the
+    other; from 0.13 stock aliases them anyway, so it is an error in every mode there."""
+    from vllm_kv_strategies.errors import StockWouldCorruptError
+
+    wide = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=128, dtype=BF16)  # K 4096 per block
+    narrow = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)  # K 2048 per block
+    config = KVCacheConfig(
+        2, [KVCacheTensor(16384, [A(0), A(1)])], [KVCacheGroupSpec([A(0)], wide), KVCacheGroupSpec([A(1)], narrow)]
+    )
+    error = StockWouldCorruptError if rf.RELEASE >= (0, 13) else KVCacheLayoutError
+    with pytest.raises(error, match="differ in bytes per block") as info:
         init(config)
+    assert A(0) in str(info.value) and A(1) in str(info.value) and "4096" in str(info.value)
 
 
 def test_runner_only_and_kv_sharing_layers_get_no_buffer_of_their_own():
