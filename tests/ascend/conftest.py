@@ -63,6 +63,8 @@ else:
         "test_runner_factory.py",
         "test_benchmark_quick.py",
         "test_doctor_ascend.py",
+        "test_spec_census.py",
+        "test_third_party_kind.py",
     }
 
     if ASCEND_VERSION != "0.23.0":
