@@ -59,17 +59,17 @@ def register() -> None:
                 installed.describe(),
                 compat.supported_releases(),
             )
-        target = adapters.install(installed.platform)
-        _registered_platform = installed.platform
+        # Patches apply when each runner's module is imported (in workers), and
+        # each logs what it replaced then; here they are only armed.
         logger.info(
-            "%s active (KV_STRATEGIES=%s, %s): %s.%s.{%s} build the KV cache",
+            "%s enabled (KV_STRATEGIES=%s, %s): will build the KV cache of %s",
             PREFIX,
             mode,
             installed.describe(),
-            target.module,
-            target.qualname,
-            ",".join(target.methods),
+            " and ".join(t.runner for t in adapters.targets(installed.platform)),
         )
+        adapters.install(installed.platform)
+        _registered_platform = installed.platform
     except Exception as exc:  # vLLM does not catch errors raised by plugins
         logger.warning("%s not active, vLLM's stock KV cache is used: %r", PREFIX, exc)
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from . import compat
+from .compat.specs import has_strided_tensors
 from ._version import __version__
 from .logger import PREFIX, logger
 from .plan import KVCachePlan
@@ -172,7 +173,7 @@ def log_summary(plan: KVCachePlan, kv_caches: dict[str, Any]) -> KVCacheSummary:
     """Log the summary line; write the JSON report when ``KV_STRATEGIES_REPORT`` is set."""
     from . import envs
 
-    report = build_report(plan, kv_caches, strided=compat.has_strided_tensors())
+    report = build_report(plan, kv_caches, strided=has_strided_tensors())
     summary = KVCacheSummary(**report["totals"])
     logger.info("%s", summary.line())
     directory = envs.KV_STRATEGIES_REPORT

@@ -35,7 +35,7 @@ imports; vLLM 0.11's needs triton), the hybrid attention block size / Mamba page
 release's patched ``HybridAttentionMambaModelConfig`` (0.11 / 0.13: attention page >= Mamba
 page, Mamba padded to it; 0.18+: K page == ssm page, padded page = 2 K pages + conv), and the
 groups + tensors from vLLM's planner (``get_kv_cache_groups`` + ``get_kv_cache_config_from_groups``
-through ``compat.kv_cache_planner()``, the two planning steps of ``get_kv_cache_configs``, with
+through ``compat.specs.kv_cache_planner()``, the two planning steps of ``get_kv_cache_configs``, with
 ``num_gpu_blocks_override`` = the requested ``num_blocks``; the max-model-len memory check of
 ``get_kv_cache_configs`` is skipped so that any small ``num_blocks`` works).
 
@@ -78,6 +78,7 @@ from vllm_ascend.attention.sfa_v1 import AscendSFABackend
 from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
 
 from vllm_kv_strategies import compat
+from vllm_kv_strategies.compat.specs import kv_cache_planner
 
 __all__ = [
     "ASCEND_VERSION",
@@ -476,7 +477,7 @@ def build_kv_cache_config(
     specs = dict(specs)  # get_kv_cache_groups may rewrite entries in place
     if registry is not None:
         registry.check_kv_cache_spec_registry(specs)
-    get_kv_cache_groups, get_kv_cache_config_from_groups = compat.kv_cache_planner()
+    get_kv_cache_groups, get_kv_cache_config_from_groups = kv_cache_planner()
     groups = get_kv_cache_groups(vllm_config, specs)
     if "kv_cache_specs" in inspect.signature(get_kv_cache_config_from_groups).parameters:  # 0.11
         config = get_kv_cache_config_from_groups(vllm_config, groups, specs, 1 << 40)
