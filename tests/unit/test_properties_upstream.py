@@ -198,6 +198,7 @@ def run_case(case: dict, stats: Counter, log) -> None:
         if version == "v2" and case["shared"]:
             continue  # V2 takes cross-layer sharing from real Attention modules (the zoo covers it)
         log.clear()
+        reset_warn_once()  # each build stands for a fresh worker
         stock_exc = ours_exc = None
         try:
             stock = build(version, vllm_config, config, names, copy.deepcopy(kbs), plugin=False, shared=case["shared"])

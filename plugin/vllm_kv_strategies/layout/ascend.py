@@ -234,7 +234,8 @@ def layer_views(
         for p, (offset, stride, _) in zip(parts, part_regions(lp, num_blocks, nbytes, interleaved)):
             if offset % p.dtype.itemsize or stride % p.dtype.itemsize:
                 raise KVCacheLayoutError(f"{lp.describe()}: part {p.name} at byte {offset} is not {p.dtype}-aligned")
-            typed, step = raw.view(p.dtype), p.dtype.itemsize
+            step = p.dtype.itemsize
+            typed = raw[: nbytes - nbytes % step].view(p.dtype)  # a tail shorter than one element is never viewed
             inner = tuple(math.prod(p.shape[i + 1 :]) for i in range(len(p.shape)))
             chunks.append(
                 typed.as_strided((num_blocks, *p.shape), (stride // step, *inner), typed.storage_offset() + offset // step)
