@@ -41,7 +41,7 @@ def announce(level: int, msg: str, *args: object) -> None:
     module is loaded already (it is whenever vLLM calls ``register()``).
     """
     if logger.hasHandlers():
-        logger.log(level, msg, *args)
+        logger.log(level, msg, *args, stacklevel=2)  # vLLM's format names the caller's file and line
         return
     _pending.append((level, msg, args))
     _install_hook()

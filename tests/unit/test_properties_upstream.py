@@ -18,7 +18,8 @@ Reproducible: ``derandomize=True`` and no example database. The number of exampl
 run and what they covered (planner refusals, layouts, kinds, ...) is written to the
 terminal at the end of the module, also under ``-q``, and kept in ``STATS``.
 
-Run: ``/work/venvs/v032/bin/python -m pytest tests/unit/test_properties_upstream.py -q -p no:cacheprovider``
+Run, in an upstream cell's environment (built by ``tools/nox.sh -s upstream-0.32.0``):
+``.nox/upstream-0-32-0/bin/python -m pytest tests/unit/test_properties_upstream.py -q -p no:cacheprovider``
 """
 
 from __future__ import annotations
