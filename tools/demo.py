@@ -94,12 +94,13 @@ class Server:
     def wait_ready(self, base: str, timeout: float, every: float = 15.0) -> float:
         """Seconds until ``GET /health`` answers 200; a progress line every
         ``every`` seconds (with the server's last log line) unless verbose."""
-        t0 = next_note = time.perf_counter()
-        next_note += every
+        t0 = time.perf_counter()
+        next_note = t0 + every
         while time.perf_counter() - t0 < timeout:
             if not self.verbose and time.perf_counter() >= next_note:
                 next_note += every
-                last = self.lines[-1][-100:] if self.lines else "(no output yet)"
+                # the message of vLLM's last line, without its "(Process pid=…) LEVEL time [file:line]" prefix
+                last = self.lines[-1].split("] ", 1)[-1][:100] if self.lines else "(no output yet)"
                 print(f"  ... still starting ({time.perf_counter() - t0:.0f} s); last server line: {last}", flush=True)
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited early with rc={self.proc.returncode}")

@@ -405,3 +405,9 @@ def test_the_schema_file_is_package_data():
     text = (Path(render.__file__).parent / schema.SCHEMA_FILE).read_text()
     assert json.loads(text)["properties"]["schema_version"] == {"const": schema.SCHEMA_VERSION}
     assert write.SCHEMA_VERSION == schema.SCHEMA_VERSION
+
+
+def test_three_paths_are_refused(reports):
+    shown = run_cli(reports["stock"], reports["plugin"], reports["stock"])
+    assert shown.returncode == 2
+    assert shown.stderr.splitlines()[-1].endswith("error: report takes one FILE or DIR, or two reports A B to compare")
