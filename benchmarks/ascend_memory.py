@@ -42,7 +42,6 @@ logging.getLogger("vllm.kv_strategies").setLevel(logging.WARNING)  # no summary 
 
 from vllm_kv_strategies import patching  # noqa: E402
 from vllm_kv_strategies.adapters.ascend import AscendAdapter  # noqa: E402
-from vllm_kv_strategies.plan import plan_kv_cache  # noqa: E402
 from vllm_kv_strategies.report import build_report  # noqa: E402
 
 MODELS = {
@@ -71,7 +70,7 @@ def measure(model, fn, transfer: bool) -> dict:
         caches = fn(runner, config)
     except Exception as exc:  # stock fails on some configs of some releases
         return {"error": f"{type(exc).__name__}: {exc}"[:200]}
-    plan = plan_kv_cache(config, AscendAdapter.layer_dims(runner), skip_layers=runner.runner_only_attn_layers)
+    plan = AscendAdapter().plan_runner(runner, config).plan
     totals = build_report(plan, caches, strided=False)["totals"]
     del caches
     return totals

@@ -50,7 +50,7 @@ def init_ratio(repeats: int) -> list[dict]:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     from vllm_kv_strategies import patching
-    from vllm_kv_strategies.adapters.upstream import UpstreamAdapter
+    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
 
     bf16 = torch.bfloat16
     mla = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=bf16)
@@ -65,17 +65,17 @@ def init_ratio(repeats: int) -> list[dict]:
     stock = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
     rows = []
     for name, (specs, hf) in cases.items():
-        vllm_config, config = make_config(specs, "LBHNC", 512 << 20)
+        vllm_config, config = make_config(specs, "LBHNC", 512 << 20, hf)
         timings = {"stock": [], "plugin": []}
         for _ in range(repeats):
             for side in ("stock", "plugin"):
-                runner = make_runner(vllm_config, list(specs), hf_config=hf)
+                runner = make_runner(vllm_config, list(specs))
                 cfg = copy.deepcopy(config)
                 start = time.perf_counter()
                 if side == "stock":
                     stock(runner, cfg, None)
                 else:
-                    UpstreamAdapter().initialize_kv_cache_tensors(stock, runner, cfg, None)
+                    UpstreamV1Adapter().initialize_kv_cache_tensors(stock, runner, cfg, None)
                 timings[side].append(time.perf_counter() - start)
         s, p = (statistics.median(timings[k]) for k in ("stock", "plugin"))
         rows.append({"case": name, "stock_ms": s * 1e3, "plugin_ms": p * 1e3, "ratio": p / s})

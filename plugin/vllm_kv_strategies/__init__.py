@@ -80,20 +80,17 @@ def register() -> None:
                 installed.describe(),
                 compat.supported_releases(),
             )
-        target = adapters.install(installed.platform)
+        # Patches apply when each runner's module is imported (in workers), and
+        # each logs what it replaced then; here they are only armed.
+        runners = " and ".join(t.runner for t in adapters.targets(installed.platform))
+        adapters.install(installed.platform)
         _registered_platform = installed.platform
-        methods = f"{target.module}.{target.qualname}.{{{','.join(target.methods)}}}"
         if mode == "observe":
-            announce(
-                logging.INFO,
-                "%s observing (KV_STRATEGIES=observe, %s): stock builds the KV cache; %s wrapped to report it",
-                PREFIX,
-                installed.describe(),
-                methods,
-            )
+            announce(logging.INFO, "%s observing (KV_STRATEGIES=observe, %s): stock builds the KV cache of %s; "
+                     "the plugin reports it", PREFIX, installed.describe(), runners)
         else:
-            announce(logging.INFO, "%s active (KV_STRATEGIES=%s, %s): %s build the KV cache", PREFIX, mode,
-                     installed.describe(), methods)
+            announce(logging.INFO, "%s enabled (KV_STRATEGIES=%s, %s): will build the KV cache of %s", PREFIX, mode,
+                     installed.describe(), runners)
     except Exception as exc:  # vLLM does not catch errors raised by plugins
         announce(logging.WARNING, "%s not active, vLLM's stock KV cache is used: %r", PREFIX, exc)
 

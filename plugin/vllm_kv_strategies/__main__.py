@@ -46,30 +46,35 @@ def _matrix(args: argparse.Namespace) -> int:
 
 
 def _check_patch_target(target: Any) -> bool:
-    """Print whether ``target``'s class imports and has each method the plugin
-    replaces; True when all are there."""
+    """Print whether ``target``'s module imports and defines each attribute
+    the plugin replaces; True when all are there."""
     import importlib
     import os
 
-    name = f"{target.module}.{target.qualname}"
+    from .patching import owner_and_name
+
     quiet = "VLLM_LOGGING_LEVEL" not in os.environ  # vLLM's INFO lines at import would bury the answer
     _progress(f"doctor: importing {target.module} (10-30 s on a CPU) ...")
     if quiet:
         os.environ["VLLM_LOGGING_LEVEL"] = "WARNING"
     try:
-        cls = getattr(importlib.import_module(target.module), target.qualname)
+        module = importlib.import_module(target.module)
     except Exception as exc:  # e.g. ModuleNotFoundError: torch_npu on a machine without an NPU
-        print(f"patch target {name}: cannot import it ({type(exc).__name__}: {exc})")
+        print(f"patch target {target.runner} ({target.module}): cannot import it ({type(exc).__name__}: {exc})")
         return False
     finally:
         if quiet:
             del os.environ["VLLM_LOGGING_LEVEL"]
-    print(f"patch target {name}:")
+    print(f"patch target {target.runner} ({target.module}):")
     found = True
-    for method in target.methods:
-        present = callable(getattr(cls, method, None))
+    for attribute in target.attributes:
+        try:
+            owner, name = owner_and_name(module, attribute)
+            present = callable(vars(owner).get(name))
+        except AttributeError:
+            present = False
         found &= present
-        print(f"  {method:42} {'present' if present else 'MISSING'}")
+        print(f"  {attribute:52} {'present' if present else 'MISSING'}")
     return found
 
 
@@ -124,7 +129,7 @@ def _doctor(_: argparse.Namespace) -> int:
         return 1
     _check_vllm_command()
     print(f"platform: {installed.platform}; in support matrix: {'yes' if installed.supported else 'no'} ({compat.supported_releases()})")
-    targets_ok = _check_patch_target(adapters.target_of(installed.platform))
+    targets_ok = all([_check_patch_target(t) for t in adapters.targets(installed.platform)])
     eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "kv_strategies"]
     allowed = os.environ.get("VLLM_PLUGINS")
     visible = bool(eps) and (allowed is None or "kv_strategies" in allowed.split(","))

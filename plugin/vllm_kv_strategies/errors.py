@@ -1,4 +1,10 @@
-"""Errors raised by vllm-kv-strategies. All derive from :class:`KVStrategiesError`."""
+"""Errors raised by vllm-kv-strategies. All derive from :class:`KVStrategiesError`.
+
+In ``KV_STRATEGIES=auto`` a configuration the plugin cannot lay out leaves the
+runner stock with one warning, whatever the error; only a
+:class:`StockWouldFailError` stops vLLM in every mode, because the plugin has
+proven that stock would corrupt the KV cache or fail on it too.
+"""
 
 
 class KVStrategiesError(RuntimeError):
@@ -13,9 +19,20 @@ class KVCacheLayoutError(KVStrategiesError, ValueError):
     """A KV cache config cannot be laid out: sizes, coverage or sharing are wrong."""
 
 
+class StockWouldFailError(KVCacheLayoutError):
+    """The config is one stock would also fail on or corrupt: raised in every
+    mode, before anything is allocated, instead of falling back."""
+
+
+class StockWouldCorruptError(StockWouldFailError):
+    """Two layers would alias one byte under different block indices (one
+    block's writes would land in another block of another layer)."""
+
+
+class ModelLayerMismatchError(StockWouldFailError):
+    """The KV cache config names layers the model (this pipeline stage) does
+    not have; stock fails on them after allocating."""
+
+
 class KVCacheAllocationError(KVStrategiesError, MemoryError):
     """Allocating a KV cache buffer failed; nothing was bound to the model."""
-
-
-class IncompatibleRunnerError(KVStrategiesError):
-    """The model runner lacks state the adapter reads (an unsupported release)."""

@@ -82,3 +82,20 @@ def _install_hook() -> None:
     configure_then_flush.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(module, name, configure_then_flush)
     _hook = (module, name, original)
+
+
+#: Messages :func:`warn_once` logged already in this process.
+_warned: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """Log ``message`` at WARNING the first time this process sees it: one
+    warning per worker, however often vLLM builds its KV cache."""
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning("%s", message)
+
+
+def reset_warn_once() -> None:
+    """Forget what :func:`warn_once` logged (tests)."""
+    _warned.clear()

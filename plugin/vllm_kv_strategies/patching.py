@@ -1,7 +1,8 @@
-"""Reversible method patches on runner classes, applied when their module loads.
+"""Reversible patches of runner methods and module functions, applied when
+their module loads.
 
-* :func:`patch_methods` replaces methods on the class that defines them and
-  records the originals on the class (``__kv_strategies_originals__``): the
+* :func:`patch_methods` replaces methods on the class that defines them (or
+  functions on their module) and records the originals there (``__kv_strategies_originals__``): the
   record is the idempotency marker, and :func:`unpatch_methods` restores the
   original function objects.
 * :func:`when_imported` runs a callback once a module has been imported: now,
@@ -29,6 +30,20 @@ def is_patched(cls: type) -> bool:
 def original(cls: type, name: str) -> Any:
     """The stock attribute ``name`` of ``cls``, patched or not."""
     return cls.__dict__.get(MARKER, {}).get(name, cls.__dict__.get(name))
+
+
+def owner_and_name(module: Any, attribute: str) -> tuple[Any, str]:
+    """Where a declared attribute lives: ``"Class.method"`` -> (the class,
+    ``"method"``); ``"function"`` -> (the module, ``"function"``).
+
+    Raises:
+        AttributeError: ``module`` has no such class.
+    """
+    owner_path, _, name = attribute.rpartition(".")
+    owner = module
+    for part in owner_path.split(".") if owner_path else ():
+        owner = getattr(owner, part)
+    return owner, name
 
 
 def patch_methods(cls: type, replacements: dict[str, Callable[..., Any]]) -> bool:

@@ -14,8 +14,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import compat
-from .errors import KVCacheLayoutError
+from .compat.specs import layer_spec, tensor_layers, unpadded_page_bytes
+from .errors import KVCacheLayoutError, KVStrategiesError, ModelLayerMismatchError, UnsupportedSpecError
 from .logger import PREFIX, logger
 from .registry import StrategyRegistry, default_registry
 from .strategies import KVCacheStrategy, ModelDims, PagePart
@@ -51,6 +51,19 @@ class LayerPlan:
         """Bytes per block the config reserves (``spec.page_size_bytes``)."""
         return self.spec.page_size_bytes
 
+    @property
+    def family(self):
+        return self.strategy.family
+
+    @property
+    def kind(self) -> str:
+        """What the summary line calls this layer (``sliding_window``, ...)."""
+        return self.strategy.kind(self.spec)
+
+    def describe(self) -> str:
+        """``layer 'x' (FullAttentionSpec, full_attention)``, for errors."""
+        return f"layer {self.name!r} ({type(self.spec).__name__}, {self.strategy.name})"
+
 
 @dataclass
 class KVCachePlan:
@@ -69,6 +82,10 @@ class KVCachePlan:
     def strategy_counts(self) -> Counter[str]:
         return Counter(lp.strategy.name for lp in self.layers.values())
 
+    def kind_counts(self) -> Counter[str]:
+        """Layers per kind: strategy names, with windowed attention named as such."""
+        return Counter(lp.kind for lp in self.layers.values())
+
 
 def plan_kv_cache(
     kv_cache_config: Any,
@@ -76,6 +93,7 @@ def plan_kv_cache(
     *,
     registry: StrategyRegistry | None = None,
     skip_layers: Collection[str] = (),
+    model_layers: Collection[str] | None = None,
 ) -> KVCachePlan:
     """Resolve and check a strategy for every layer of ``kv_cache_config``.
 
@@ -86,28 +104,40 @@ def plan_kv_cache(
         registry: defaults to :func:`default_registry`.
         skip_layers: layers the runner handles alone (``runner_only_attn_layers``,
             cross-layer KV sharing); they need no tensor.
+        model_layers: the attention layers the model has (the runner's
+            ``static_forward_context``), when the runner binds every layer
+            of the config by name; None skips that check.
 
     Raises:
         UnsupportedSpecError: a layer's spec type has no strategy.
+        ModelLayerMismatchError: the config names layers ``model_layers`` lacks.
         KVCacheLayoutError: a layer is served by no tensor or by several; a
-            strategy's parts disagree with the spec's page size.
+            strategy's parts disagree with the spec's page size; a strategy
+            cannot split the spec (the message names the layer).
     """
     registry = registry or default_registry()
     tensor_of: dict[str, int] = {}
     for tid, tensor in enumerate(kv_cache_config.kv_cache_tensors):
-        for name in compat.tensor_layers(tensor):
+        for name in tensor_layers(tensor):
             if name in tensor_of:
-                raise KVCacheLayoutError(
-                    f"layer {name!r} is served by KV cache tensors {tensor_of[name]} and {tid}"
-                )
+                raise KVCacheLayoutError(f"layer {name!r} is served by KV cache tensors {tensor_of[name]} and {tid}")
             tensor_of[name] = tid
+    if model_layers is not None:
+        named = {n for g in kv_cache_config.kv_cache_groups for n in g.layer_names} | set(tensor_of)
+        missing = sorted(named - set(model_layers) - set(skip_layers))
+        if missing:
+            raise ModelLayerMismatchError(
+                f"the KV cache config names {len(missing)} layers the model does not have "
+                f"({', '.join(missing[:8])}{', ...' if len(missing) > 8 else ''}); the model has "
+                f"{len(model_layers)} attention layers. A pipeline stage's config must list only its own layers."
+            )
 
     plan = KVCachePlan(kv_cache_config)
     for gid, group in enumerate(kv_cache_config.kv_cache_groups):
         for name in group.layer_names:
             if name in skip_layers:
                 continue
-            spec = compat.layer_spec(group.kv_cache_spec, name)
+            spec = layer_spec(group.kv_cache_spec, name)
             if name not in tensor_of:
                 raise KVCacheLayoutError(
                     f"layer {name!r} ({type(spec).__name__}, group {gid}) is served by no KV cache tensor"
@@ -123,22 +153,30 @@ def _resolve_parts(
     """Resolve ``spec`` and check its parts against the spec's page size.
 
     A third-party strategy that fails here is logged and refused (removed from
-    the registry) and the spec is resolved again; a built-in one raises.
+    the registry) and the spec is resolved again; a built-in one's error is
+    raised again naming the layer.
     """
     while True:
-        strategy = registry.resolve(spec)
+        try:
+            strategy = registry.resolve(spec)
+        except UnsupportedSpecError as exc:
+            raise UnsupportedSpecError(f"layer {name!r}: {exc}") from exc
         try:
             parts = strategy.page_parts(spec, dims)
             page = sum(p.nbytes for p in parts)
-            if page != compat.unpadded_page_bytes(spec):
+            if page != unpadded_page_bytes(spec):
                 raise KVCacheLayoutError(
-                    f"layer {name!r}: strategy {strategy.name} lays out {page} bytes per block "
+                    f"strategy {strategy.name} lays out {page} bytes per block "
                     f"({', '.join(f'{p.name} {p.nbytes}' for p in parts)}) but "
-                    f"{type(spec).__name__} says {compat.unpadded_page_bytes(spec)}"
+                    f"{type(spec).__name__} says {unpadded_page_bytes(spec)}"
                 )
             return strategy, parts
         except Exception as exc:
             if registry.is_builtin(strategy):
-                raise
+                if isinstance(exc, KVStrategiesError):
+                    raise type(exc)(f"layer {name!r} ({type(spec).__name__}): {exc}") from exc
+                raise KVCacheLayoutError(
+                    f"layer {name!r} ({type(spec).__name__}): strategy {strategy.name} failed: {exc!r}"
+                ) from exc
             logger.warning("%s refused third-party strategy %r: %s", PREFIX, strategy, exc)
             registry.refuse(strategy)

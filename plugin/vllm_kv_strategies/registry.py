@@ -1,11 +1,14 @@
-"""Strategy registry: spec class -> strategies, resolved through the spec's MRO.
+"""Strategy registry: spec class -> strategies, matched on the spec's own class.
 
-Shaped like vLLM's ``vllm/v1/kv_cache_spec_registry.py``: lookups walk the
-spec's class hierarchy, most specific class first, so a vendor subclass of a
-vLLM spec (vllm-ascend's MLA spec, say) maps to the strategy of its base
-without code changes. Within one class, strategies with a ``matches``
-predicate are tried before plain ones. Registering the same strategy twice is
-a no-op; a second plain strategy for one class is a conflict.
+Shaped like vLLM's ``vllm/v1/kv_cache_spec_registry.py`` (repeat registration
+is a no-op, a conflict raises, an unknown spec gets an actionable message),
+with one deliberate difference: a spec is served only by a strategy that lists
+its exact class. vLLM subclasses specs for things other than layout
+(``HiddenStateCacheSpec`` is an ``MLAAttentionSpec`` that stores hidden states),
+so walking up the MRO would hand a class the plugin does not understand to the
+strategy of its base; such a spec is unsupported instead, which leaves the
+runner stock in ``auto``. Within one class, strategies with a ``matches``
+predicate are tried before plain ones.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 from .errors import UnsupportedSpecError
 from .logger import PREFIX, logger
-from .strategies import BUILTIN_STRATEGIES, KVCacheStrategy
+from .strategies import BUILTIN_STRATEGIES, REFUSED_SPEC_CLASSES, KVCacheStrategy
 
 #: Entry point group through which other packages add strategies.
 ENTRY_POINT_GROUP = "vllm_kv_strategies.strategies"
@@ -47,6 +50,8 @@ class StrategyRegistry:
         if not isinstance(getattr(strategy, "name", None), str):
             raise TypeError(f"{type(strategy).__qualname__} has no str 'name'")
         spec_types = tuple(strategy.spec_types())
+        if not spec_types and self.is_builtin(strategy):
+            return strategy  # a kind the installed release does not define (e.g. no HiddenStateCacheSpec in vLLM 0.11)
         if not spec_types or not all(isinstance(t, type) for t in spec_types):
             raise TypeError(f"{type(strategy).__qualname__}.spec_types() must return classes, got {spec_types!r}")
         # Check every class before changing any: a refused strategy must not
@@ -80,27 +85,37 @@ class StrategyRegistry:
         return type(strategy) in BUILTIN_STRATEGIES
 
     def find(self, spec: Any) -> KVCacheStrategy | None:
-        """The strategy for ``spec``, or None if no strategy handles it."""
-        for cls in type(spec).__mro__:
-            for strategy in list(self._by_type.get(cls, ())):
-                try:
-                    if strategy.matches(spec):
-                        return strategy
-                except Exception as exc:
-                    if self.is_builtin(strategy):
-                        raise
-                    logger.warning("%s refused third-party strategy %r: matches() raised %r", PREFIX, strategy, exc)
-                    self.refuse(strategy)
+        """The strategy for ``spec`` (matched on ``type(spec)`` exactly), or
+        None if no strategy handles it."""
+        for strategy in list(self._by_type.get(type(spec), ())):
+            try:
+                if strategy.matches(spec):
+                    return strategy
+            except Exception as exc:
+                if self.is_builtin(strategy):
+                    raise
+                logger.warning("%s refused third-party strategy %r: matches() raised %r", PREFIX, strategy, exc)
+                self.refuse(strategy)
         return None
 
     def resolve(self, spec: Any) -> KVCacheStrategy:
         """Like :meth:`find`, but raises :class:`UnsupportedSpecError` naming
-        the spec type and the registered kinds when nothing matches."""
+        the spec type, why it is refused or which served class it derives
+        from, and the registered kinds, when nothing matches."""
         strategy = self.find(spec)
         if strategy is None:
+            cls = type(spec)
+            reason = REFUSED_SPEC_CLASSES.get(cls.__name__)
+            if reason is None:
+                served = next((c for c in cls.__mro__[1:] if c in self._by_type), None)
+                reason = (
+                    f"a subclass of {served.__name__} that no strategy lists (it may change the layout)"
+                    if served is not None
+                    else "no strategy serves it"
+                )
             raise UnsupportedSpecError(
-                f"no KV cache strategy for spec type {type(spec).__qualname__} "
-                f"({type(spec).__module__}); registered kinds: {self.describe()}. "
+                f"no KV cache strategy for spec type {cls.__qualname__} ({cls.__module__}): {reason}; "
+                f"registered kinds: {self.describe()}. "
                 f"Add one through the {ENTRY_POINT_GROUP!r} entry point group."
             )
         return strategy

@@ -63,6 +63,8 @@ else:
         "test_runner_factory.py",
         "test_benchmark_quick.py",
         "test_doctor_ascend.py",
+        "test_spec_census.py",
+        "test_third_party_kind.py",
     }
 
     if ASCEND_VERSION != "0.23.0":
@@ -85,6 +87,17 @@ else:
 
     #: (model, kv_transfer, stock bytes, plugin bytes, required bytes), filled by test_compare_stock.
     BYTES_TABLE: list[tuple[str, bool, int, int, int]] = []
+
+    @pytest.fixture(autouse=True)
+    def strategies_on(monkeypatch):
+        """Tests call the adapter's methods directly, as if the plugin were active with
+        ``KV_STRATEGIES=on`` (errors raise); the ``auto`` fallbacks are tested by setting
+        ``auto`` explicitly. The process starts with ``off`` so that nothing patches the
+        runner while vLLM loads its plugins at import."""
+        monkeypatch.setenv("KV_STRATEGIES", "on")
+        from vllm_kv_strategies.logger import reset_warn_once
+
+        reset_warn_once()
 
     @pytest.fixture
     def bytes_table():

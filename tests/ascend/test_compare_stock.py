@@ -36,7 +36,6 @@ import runner_factory as rf
 
 from vllm_kv_strategies import patching
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
-from vllm_kv_strategies.plan import plan_kv_cache
 from vllm_kv_strategies.report import build_report
 
 MODELS = {
@@ -160,7 +159,7 @@ def test_plugin_equals_stock(name, kv_transfer, bytes_table):
     assert len(ours_runner.kv_caches) == len(stock_runner.kv_caches)
 
     # The report measures both sides the same way, from the tensors.
-    plan = plan_kv_cache(config, AscendAdapter.layer_dims(ours_runner), skip_layers=ours_runner.runner_only_attn_layers)
+    plan = AscendAdapter().plan_runner(ours_runner, config).plan
     t_ours = build_report(plan, ours, strided=False)["totals"]
     t_stock = build_report(plan, stock, strided=False)["totals"]
     assert t_ours["bytes_required"] == required

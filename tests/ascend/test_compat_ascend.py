@@ -1,18 +1,19 @@
-"""Each vllm-ascend release difference that ``vllm_kv_strategies.compat`` translates, tested on
+"""Each vllm-ascend release difference that ``vllm_kv_strategies.compat.ascend`` records (and the
+kind semantics the strategies derive from it), tested on
 the installed release (0.11.0, 0.13.0, 0.18.0 or 0.23.0) against that release's real classes,
 with exact numbers; pure translations are also checked for every release's value.
 
 | difference | releases | compat |
 |---|---|---|
-| methods to patch | 0.11: 3 complete inits; 0.13+: init + _allocate + _reshape | ``ascend_target`` |
+| methods to patch | 0.11: 3 complete inits; 0.13+: init + _allocate + _reshape | ``ascend.target`` |
 | Mamba state views | 0.11: block-interleaved (page stride); 0.13+: state after state | ``mamba_states_interleaved`` |
-| DeepSeek V3.2 layers | 0.11 / 0.13: FullAttentionSpec(1, 576), 2x page; 0.18+: MLA spec + sparse_head_dim | ``legacy_sparse_mla``, ``normalize_legacy_specs`` |
+| DeepSeek V3.2 layers | 0.11 / 0.13: FullAttentionSpec(1, 576), 2x page; 0.18+: MLA spec + sparse_head_dim | ``ascend.legacy_sparse_form``; ``strategies.sparse_mla.normalize_legacy_specs`` |
 | kernel block size | <= 0.13: ``get_supported_block_size``; 0.18+: ``get_supported_kernel_block_sizes`` | ``kernel_block_size`` |
 | format cast of views | 0.11: ``NPUModelRunner._convert_torch_format``; later: none | ``format_converter`` |
 | FA-quant probe | 0.18+: ``vllm_ascend.quantization.utils.enable_fa_quant``; before: none | ``fa_quant_enabled`` |
-| MLA spec class | 0.18 rebinds ``kv_cache_interface.MLAAttentionSpec`` to its subclass | ``_vllm_spec_class`` |
-| sparse C8 flag | 0.18: ``cache_sparse_c8``; 0.23: ``cache_sparse_{sfa,li}_c8`` | ``require_dense_attention`` |
-| ``KVCacheTensor`` | ``size`` + ``shared_by`` in all four | ``tensor_layers`` |
+| MLA spec class | 0.18 rebinds ``kv_cache_interface.MLAAttentionSpec`` to its subclass | ``specs.vllm_spec_class``, ``specs.spec_classes`` |
+| sparse C8 flag | 0.18: ``cache_sparse_c8``; 0.23: ``cache_sparse_{sfa,li}_c8`` | ``strategies.base.require_dense_page`` |
+| ``KVCacheTensor`` | ``size`` + ``shared_by`` in all four | ``specs.tensor_layers`` |
 
 Also here: 0.11 stock cannot build sliding-window layers beside full attention (the plugin can),
 and the adapter's block-consistency rule for hybrid tensors on each release's sizing.
@@ -21,6 +22,7 @@ and the adapter's block-consistency rule for hybrid tensors on each release's si
 from __future__ import annotations
 
 import copy
+import importlib
 from types import SimpleNamespace
 
 import pytest
@@ -30,13 +32,15 @@ import runner_factory as rf
 from vllm.config.kv_transfer import KVTransferConfig
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 
-from vllm_kv_strategies import compat, patching
-from vllm_kv_strategies.adapters.ascend import (
-    AscendAdapter,
-    crosses_blocks,
-    shares_block_consistently,
-)
+from vllm_kv_strategies import patching
+from vllm_kv_strategies.adapters.ascend import AscendAdapter
+from vllm_kv_strategies.compat import ascend as facts
+from vllm_kv_strategies.compat import specs
 from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
+from vllm_kv_strategies.layout.ascend import crosses_blocks, shares_block_consistently
+from vllm_kv_strategies.strategies.base import require_dense_page
+from vllm_kv_strategies.strategies.mla import mla_spec_types
+from vllm_kv_strategies.strategies.sparse_mla import legacy_sparse_mla, normalize_legacy_specs
 from vllm_kv_strategies.plan import plan_kv_cache
 from vllm_kv_strategies.registry import default_registry
 from vllm_kv_strategies.strategies import ModelDims
@@ -67,13 +71,16 @@ def allocated(kv_caches: dict) -> int:
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_ascend_target_per_release(release):
-    expected = compat.ASCEND_TARGET_0_11 if release == "0.11.0" else compat.ASCEND_TARGET
-    assert compat.ascend_target(release) is expected
-    assert compat.ascend_target(release + "+cpu") is expected
+    expected = facts.THREE_INITS if release == "0.11.0" else facts.SPLIT_INIT
+    assert facts.target(release) is expected
+    assert facts.target(release + "+cpu") is expected
 
 
 def test_ascend_target_names_the_installed_classes_methods():
-    assert all(m in rf.NPUModelRunner.__dict__ for m in compat.ascend_target().methods)
+    module = importlib.import_module(facts.target().module)
+    for attribute in facts.target().attributes:
+        owner, name = patching.owner_and_name(module, attribute)
+        assert owner is rf.NPUModelRunner and name in rf.NPUModelRunner.__dict__, attribute
 
 
 # -- Mamba state views -----------------------------------------------------------------------
@@ -81,7 +88,7 @@ def test_ascend_target_names_the_installed_classes_methods():
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_mamba_states_interleaved_per_release(release):
-    assert compat.mamba_states_interleaved(release) is (release == "0.11.0")
+    assert facts.mamba_states_interleaved(release) is (release == "0.11.0")
 
 
 def test_mamba_layout_is_the_installed_stocks():
@@ -90,7 +97,7 @@ def test_mamba_layout_is_the_installed_stocks():
     mk = rf.qwen3_next(tp=4)
     conv, ssm = stock_init(mk.make_runner(), mk.kv_cache_config)["model.layers.0.linear_attn"]
     page = mk.specs["model.layers.0.linear_attn"].page_size_bytes
-    if compat.mamba_states_interleaved():
+    if facts.mamba_states_interleaved():
         assert (conv.stride(0), ssm.stride(0)) == (page // 2, page // 2) == (196_608, 196_608)
         assert ssm.data_ptr() - conv.data_ptr() == 3 * 2048 * 2  # one conv state into page 0
     else:
@@ -105,11 +112,11 @@ V32_DIMS = ModelDims(kv_lora_rank=512, qk_rope_head_dim=64, index_head_dim=128)
 
 
 def test_legacy_sparse_spec_resolves_to_sparse_mla_with_exact_parts():
-    spec = compat.legacy_sparse_mla(LEGACY, V32_DIMS, use_sparse=True)
-    assert isinstance(spec, compat._vllm_spec_class("MLAAttentionSpec"))
+    spec = legacy_sparse_mla(LEGACY, V32_DIMS, facts.LEGACY_INDEX_HEAD_DIM)
+    assert isinstance(spec, specs.vllm_spec_class("MLAAttentionSpec"))
     assert (spec.block_size, spec.num_kv_heads, spec.head_size, spec.dtype) == (128, 1, 704, BF16)
     assert tuple(spec.sparse_head_dim) == (512, 64, 128)
-    assert (spec.page_size_bytes, compat.unpadded_page_bytes(spec)) == (294_912, 180_224)
+    assert (spec.page_size_bytes, specs.unpadded_page_bytes(spec)) == (294_912, 180_224)
     strategy = default_registry().resolve(spec)
     assert strategy.name == "sparse_mla"
     assert [(p.name, p.shape, p.dtype) for p in strategy.page_parts(spec, V32_DIMS)] == [
@@ -119,40 +126,51 @@ def test_legacy_sparse_spec_resolves_to_sparse_mla_with_exact_parts():
     ]
     # without index_head_dim in the model config: the 128 vllm-ascend 0.11 / 0.13 hard-code
     no_index = ModelDims(kv_lora_rank=512, qk_rope_head_dim=64)
-    assert tuple(compat.legacy_sparse_mla(LEGACY, no_index, True).sparse_head_dim) == (512, 64, 128)
+    assert tuple(legacy_sparse_mla(LEGACY, no_index, facts.LEGACY_INDEX_HEAD_DIM).sparse_head_dim) == (512, 64, 128)
 
 
 @pytest.mark.parametrize(
-    "spec,use_sparse",
+    "spec",
     [
-        (LEGACY, False),  # DeepSeek V3 style model without an indexer
-        (FullAttentionSpec(block_size=128, num_kv_heads=8, head_size=128, dtype=BF16), True),
-        (FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=512, dtype=BF16), True),
+        FullAttentionSpec(block_size=128, num_kv_heads=8, head_size=128, dtype=BF16),
+        FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=512, dtype=BF16),
     ],
-    ids=["no-use_sparse", "dense-heads", "other-head-size"],
+    ids=["dense-heads", "other-head-size"],
 )
-def test_other_specs_are_left_alone(spec, use_sparse):
-    assert compat.legacy_sparse_mla(spec, V32_DIMS, use_sparse) is spec
+def test_other_specs_are_left_alone(spec):
+    assert legacy_sparse_mla(spec, V32_DIMS, facts.LEGACY_INDEX_HEAD_DIM) is spec
+
+
+def test_a_runner_without_use_sparse_keeps_legacy_shaped_layers_as_full_attention():
+    """A DeepSeek-style model without an indexer may have a layer of the legacy sparse spec's
+    shape; without the runner's use_sparse the adapter does not restate it: K and V."""
+    config = KVCacheConfig(8, [KVCacheTensor(2_359_296, [A(0)])], [KVCacheGroupSpec([A(0)], LEGACY)])
+    runner = rf.make_runner(config, attention_kind="attn", model_type="deepseek_v3")
+    assert not getattr(runner, "use_sparse", False)
+    decided = AscendAdapter().plan_runner(runner, config)
+    assert [(lp.strategy.name, [p.name for p in lp.parts]) for lp in decided.plan.layers.values()] == [
+        ("full_attention", ["k", "v"])
+    ]
 
 
 def test_legacy_sparse_indexer_that_does_not_fit_is_refused():
     with pytest.raises(KVCacheLayoutError, match="do not fit the 294912-byte page"):
-        compat.legacy_sparse_mla(LEGACY, ModelDims(512, 64, 1024), True)
+        legacy_sparse_mla(LEGACY, ModelDims(512, 64, 1024), facts.LEGACY_INDEX_HEAD_DIM)
 
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_legacy_sparse_form_per_release(release):
-    assert compat.legacy_sparse_form(release) is (release in ("0.11.0", "0.13.0"))
-    assert compat.legacy_sparse_form() is rf.LEGACY_SPARSE  # the installed release's own spec form
+    assert facts.legacy_sparse_form(release) is (release in ("0.11.0", "0.13.0"))
+    assert facts.legacy_sparse_form() is rf.LEGACY_SPARSE  # the installed release's own spec form
 
 
 def test_normalize_legacy_specs_copies_only_when_needed():
     config = KVCacheConfig(8, [KVCacheTensor(2_359_296, [A(0)])], [KVCacheGroupSpec([A(0)], LEGACY)])
     dims = lambda name: V32_DIMS  # noqa: E731
-    assert compat.normalize_legacy_specs(config, dims, False, "0.13.0") is config
-    # 0.18+: such a layer is a plain attention layer beside the sparse ones; it keeps its K/V
-    assert compat.normalize_legacy_specs(config, dims, True, "0.18.0") is config
-    out = compat.normalize_legacy_specs(config, dims, True, "0.13.0")
+    plain = KVCacheConfig(8, [KVCacheTensor(2_359_296, [A(0)])], [KVCacheGroupSpec([A(0)], FullAttentionSpec(
+        block_size=128, num_kv_heads=8, head_size=128, dtype=BF16))])
+    assert normalize_legacy_specs(plain, dims, facts.LEGACY_INDEX_HEAD_DIM) is plain
+    out = normalize_legacy_specs(config, dims, facts.LEGACY_INDEX_HEAD_DIM)
     assert out is not config and config.kv_cache_groups[0].kv_cache_spec is LEGACY
     assert out.kv_cache_tensors is config.kv_cache_tensors and out.num_blocks == 8
     assert tuple(out.kv_cache_groups[0].kv_cache_spec.sparse_head_dim) == (512, 64, 128)
@@ -180,7 +198,7 @@ def test_legacy_sparse_layer_exact_on_the_release_runner():
 
 
 def test_kernel_block_size_of_the_releases_backend():
-    assert compat.kernel_block_size(rf.AscendAttentionBackend) == 128
+    assert facts.kernel_block_size(rf.AscendAttentionBackend) == 128
 
 
 class MultipleOf:  # shaped like vLLM's (0.13+) "any multiple of base" kernel block size
@@ -190,10 +208,10 @@ class MultipleOf:  # shaped like vLLM's (0.13+) "any multiple of base" kernel bl
 
 def test_kernel_block_size_names():
     v013 = SimpleNamespace(get_supported_block_size=lambda: [64], get_supported_kernel_block_sizes=lambda: [MultipleOf(1)])
-    assert compat.kernel_block_size(v013) == 64  # Ascend's own name wins over vLLM's default
-    assert compat.kernel_block_size(SimpleNamespace(get_supported_kernel_block_sizes=lambda: [128])) == 128
-    assert compat.kernel_block_size(SimpleNamespace(get_supported_kernel_block_sizes=lambda: [MultipleOf(16)])) is None
-    assert compat.kernel_block_size(SimpleNamespace()) is None
+    assert facts.kernel_block_size(v013) == 64  # Ascend's own name wins over vLLM's default
+    assert facts.kernel_block_size(SimpleNamespace(get_supported_kernel_block_sizes=lambda: [128])) == 128
+    assert facts.kernel_block_size(SimpleNamespace(get_supported_kernel_block_sizes=lambda: [MultipleOf(16)])) is None
+    assert facts.kernel_block_size(SimpleNamespace()) is None
 
 
 # -- format cast -----------------------------------------------------------------------------
@@ -205,7 +223,7 @@ def test_format_cast_as_the_release_runner(model):
     (npu_format_cast, stubbed as identity); later releases cast nothing on A2."""
     mk = getattr(rf, model)()
     runner = mk.make_runner()
-    convert = compat.format_converter(runner)
+    convert = facts.format_converter(runner)
     assert (convert is not None) == (R < (0, 13))
     cast = npu_stubs.format_cast_mock()
     before = cast.call_count
@@ -225,10 +243,10 @@ def test_fa_quant_probe():
     quant = SimpleNamespace(enable_fa_quant=True, get_kv_quant_split_factor=lambda *a: (2, 2))
     consumer = KVTransferConfig(kv_connector="MooncakeConnectorV1", kv_role="kv_consumer")
     vllm_config = SimpleNamespace(quant_config=quant, kv_transfer_config=consumer)
-    assert compat.fa_quant_enabled(vllm_config) is (R >= (0, 18))
+    assert facts.fa_quant_enabled(vllm_config) is (R >= (0, 18))
     runner = rf.qwen3_8b().make_runner()
     runner.vllm_config.quant_config, runner.vllm_config.kv_transfer_config = quant, consumer
-    reason = AscendAdapter._stock_only_reason(runner)
+    reason = facts.stock_only_reason(runner)
     assert (reason == "quantised attention KV cache (FA quant)") is (R >= (0, 18))
 
 
@@ -240,7 +258,7 @@ def test_int8_bsh_kv_cache_keeps_stock(monkeypatch):
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     assert AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, mk.kv_cache_config) is sentinel
     monkeypatch.setenv("KV_STRATEGIES", "on")
-    with pytest.raises(KVCacheLayoutError, match="BSH"):
+    with pytest.raises(UnsupportedSpecError, match="BSH"):
         AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, mk.kv_cache_config)
 
 
@@ -250,8 +268,10 @@ def test_int8_bsh_kv_cache_keeps_stock(monkeypatch):
 def test_strategies_serve_vllms_own_mla_spec_class():
     import vllm.v1.kv_cache_interface as kvi  # noqa: PLC0415
 
-    mla = compat.mla_spec_types()[0]
+    mla = mla_spec_types()[0]
     assert mla is rf.MLAAttentionSpec and mla.__module__ == "vllm.v1.kv_cache_interface"
+    # vllm-ascend's own MLA spec classes are listed where the release has them (exact matching)
+    assert (rf.AscendMLAAttentionSpec in mla_spec_types()) is (rf.AscendMLAAttentionSpec is not None)
     assert (kvi.MLAAttentionSpec is rf.AscendMLAAttentionSpec) is (R == (0, 18))  # 0.18's rebinding
     plain = rf.MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=BF16)
     assert default_registry().resolve(plain).name == "mla"
@@ -273,7 +293,7 @@ def test_sparse_c8_flags_are_refused(flag):
     else:  # the other release's form
         spec = SimpleNamespace(block_size=128, num_kv_heads=1, head_size=704, dtype=BF16, **{flag: True})
     with pytest.raises(UnsupportedSpecError, match=flag):
-        compat.require_dense_attention(spec, "sparse_mla")
+        require_dense_page(spec, "sparse_mla")
 
 
 # -- sliding window beside full attention ----------------------------------------------------

@@ -15,11 +15,11 @@ import subprocess
 import sys
 from importlib.metadata import version
 
-from vllm_kv_strategies import compat
+from vllm_kv_strategies.compat import ascend as facts
 from vllm_kv_strategies.__main__ import main
 
 ASCEND = version("vllm-ascend")
-RUNNER = "vllm_ascend.worker.model_runner_v1.NPUModelRunner"
+RUNNER = "NPUModelRunner (vllm_ascend.worker.model_runner_v1)"
 #: The methods the plugin replaces, per release (read from each release's runner).
 METHODS = (
     ("initialize_kv_cache_tensors", "initialize_kv_cache_tensors_deepseek_mla", "initialize_kv_cache_tensors_deepseek_sfa")
@@ -29,7 +29,7 @@ METHODS = (
 
 
 def test_release_methods_are_the_plugins_patch_target():
-    assert compat.ascend_target().methods == METHODS
+    assert facts.target().attributes == tuple(f"NPUModelRunner.{m}" for m in METHODS)
 
 
 def test_doctor_with_the_npu_runner_importable_is_active(monkeypatch, capsys):
@@ -44,7 +44,7 @@ def test_doctor_with_the_npu_runner_importable_is_active(monkeypatch, capsys):
     assert "  torch_npu    not installed" in lines  # the stubs are modules, not a distribution
     assert any(x.startswith("platform: ascend; in support matrix: yes (") for x in lines)
     i = lines.index(f"patch target {RUNNER}:")
-    assert lines[i + 1 : i + 1 + len(METHODS)] == [f"  {m:42} present" for m in METHODS]
+    assert lines[i + 1 : i + 1 + len(METHODS)] == [f"  {'NPUModelRunner.' + m:52} present" for m in METHODS]
     assert "entry point kv_strategies: visible to vLLM" in lines
     assert lines[-1] == "KV_STRATEGIES=auto: the plugin would patch the runner"
 

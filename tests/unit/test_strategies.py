@@ -26,7 +26,9 @@ from vllm.v1.kv_cache_interface import (
 from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
 from vllm_kv_strategies.strategies import (
     FullAttentionStrategy,
+    HiddenStateStrategy,
     KVCacheStrategy,
+    LayoutFamily,
     MambaStrategy,
     MLAStrategy,
     ModelDims,
@@ -309,10 +311,31 @@ def test_mamba_other_state_counts(shapes, dtypes, expected):
     assert sum(e[3] for e in expected) == spec.real_page_size_bytes
 
 
-def test_mamba_states_share_one_buffer():
-    # Mixed dtypes are placed by byte offset in one raw buffer.
-    assert MambaStrategy.separate_buffers is False
-    assert FullAttentionStrategy.separate_buffers is True
+def test_layout_families():
+    # Mamba states (mixed dtypes) are placed by byte offset in one raw buffer; attention
+    # parts get a buffer each; the hidden-state cache is one plain tensor.
+    assert MambaStrategy.family is LayoutFamily.STATES
+    assert FullAttentionStrategy.family is MLAStrategy.family is SparseMLAStrategy.family is LayoutFamily.PER_PART
+    assert HiddenStateStrategy.family is LayoutFamily.PLAIN
+
+
+# ---------------------------------------------------------------------------
+# The hidden-state cache (speculative decoding)
+# ---------------------------------------------------------------------------
+
+
+def test_hidden_state_cache_is_one_part_and_never_mla():
+    """HiddenStateCacheSpec subclasses MLAAttentionSpec; its page is one part (no nope/rope),
+    and the model config it comes with has no kv_lora_rank (N1 of never-worse-than-stock.md)."""
+    from vllm.v1.kv_cache_interface import HiddenStateCacheSpec
+
+    from vllm_kv_strategies.registry import default_registry
+
+    spec = HiddenStateCacheSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=BF16)
+    strategy = default_registry().resolve(spec)
+    assert strategy.name == "hidden_state"
+    assert parts_table(strategy.page_parts(spec, NO_DIMS)) == [("hidden", BF16, (128, 1, 128), 32768)]
+    assert spec.page_size_bytes == 128 * 1 * 128 * 2 == 32768
 
 
 # ---------------------------------------------------------------------------

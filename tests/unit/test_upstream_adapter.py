@@ -1,17 +1,22 @@
-"""The upstream adapter builds exactly what the installed vLLM's stock
-``GPUModelRunner.initialize_kv_cache_tensors`` builds (0.30, 0.31, 0.32: the
-same tests run against each release's own runner and planner; the few that
-need a spec class or field one release lacks skip there, saying why).
+"""The upstream adapters build exactly what the installed vLLM's stock KV
+cache code builds, for both model runners: V1's
+``GPUModelRunner.initialize_kv_cache_tensors`` and V2's ``init_kv_cache``
+(``vllm/v1/worker/gpu/attn_utils.py``, which Model Runner V2 calls), on vLLM
+0.30 - 0.33 (the same tests run against each release's own code and planner;
+the few that need a spec class or field one release lacks skip there, saying
+why).
 
-Both run on the same real ``KVCacheConfig`` (made by vLLM's own
-``get_kv_cache_groups`` / ``get_kv_cache_config_from_groups``) on a runner made
-with ``__new__``; every layer's view must match in shape, stride, dtype,
-storage offset and aliasing, and the layers must be bound to the same tensors.
+Both run on the same real ``KVCacheConfig`` (made by vLLM's own planner);
+every layer's view must match in shape, stride, dtype, storage offset and
+aliasing, and the layers must be bound to the same tensors (V1: also the
+runner's ``kv_caches`` list).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -20,7 +25,6 @@ import torch
 pytest.importorskip("vllm.v1.worker.gpu_model_runner", reason="needs vLLM's upstream runner (vLLM >= 0.30)")
 
 from vllm.config import VllmConfig  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups  # noqa: E402
 import vllm.v1.kv_cache_interface as kv_cache_interface  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
@@ -28,13 +32,17 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
+import vllm.v1.worker.gpu.model_runner as v2_model_runner  # noqa: E402
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 
 from vllm_kv_strategies import patching  # noqa: E402
-from vllm_kv_strategies.adapters.upstream import UpstreamAdapter  # noqa: E402
+from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter  # noqa: E402
+from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter  # noqa: E402
+from vllm_kv_strategies.compat.specs import kv_cache_planner  # noqa: E402
 from vllm_kv_strategies.errors import UnsupportedSpecError  # noqa: E402
 
 BF16 = torch.bfloat16
+RUNNERS = ("v1", "v2")
 
 
 class Layer:
@@ -47,20 +55,24 @@ class Layer:
         self.kv_cache = kv_cache
 
 
-def make_config(specs: dict, layout: str, memory: int):
+def make_config(specs: dict, layout: str, memory: int, hf_config=None):
     vllm_config = VllmConfig()
     vllm_config.cache_config.kv_cache_layout = layout
+    hf = hf_config or SimpleNamespace(model_type="llama")
+    # V2's init_kv_cache reads the model type from vllm_config (LongCat-Flash has two attention modules per layer).
+    object.__setattr__(vllm_config, "model_config", SimpleNamespace(hf_config=hf, hf_text_config=hf))
+    get_kv_cache_groups, get_kv_cache_config_from_groups = kv_cache_planner()
     groups = get_kv_cache_groups(vllm_config, dict(specs))
     return vllm_config, get_kv_cache_config_from_groups(vllm_config, groups, memory)
 
 
-def make_runner(vllm_config, layer_names, *, hf_config=None, shared=None):
+def make_runner(vllm_config, layer_names, *, shared=None, hf_config=None):
     runner = GPUModelRunner.__new__(GPUModelRunner)
-    hf = hf_config or SimpleNamespace(model_type="llama")
     runner.device = torch.device("cpu")
     runner.cache_config = vllm_config.cache_config
     runner.vllm_config = vllm_config
-    runner.model_config = SimpleNamespace(hf_config=hf, hf_text_config=hf)
+    hf = hf_config or SimpleNamespace(model_type="llama")
+    runner.model_config = vllm_config.model_config or SimpleNamespace(hf_config=hf, hf_text_config=hf)
     runner.shared_kv_cache_layers = dict(shared or {})
     runner.runner_only_attn_layers = set(runner.shared_kv_cache_layers)
     runner.attn_groups = []
@@ -83,15 +95,29 @@ def alias_classes(kv_caches: dict) -> list[set[str]]:
     return sorted(by_storage.values(), key=sorted)
 
 
-def run_both(specs, layout="LBHNC", memory=1 << 22, kernel_block_sizes=None, **runner_kw):
-    vllm_config, config = make_config(specs, layout, memory)
+def build(version: str, vllm_config, config, names, kernel_block_sizes, *, plugin: bool, shared=None):
+    """(runner-like, kv_caches) from V1's or V2's stock build, or the plugin's."""
+    runner = make_runner(vllm_config, names, shared=shared)
+    config = copy.deepcopy(config)
+    if version == "v1":
+        stock = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
+        if plugin:
+            return runner, UpstreamV1Adapter().initialize_kv_cache_tensors(stock, runner, config, kernel_block_sizes)
+        return runner, stock(runner, config, kernel_block_sizes)
+    stock = patching.original(v2_model_runner, "init_kv_cache")
+    forward_context = runner.compilation_config.static_forward_context
+    args = (forward_context, config, runner.device, kernel_block_sizes or [], vllm_config)
+    kv = UpstreamV2Adapter().init_kv_cache(stock, *args) if plugin else stock(*args)
+    runner.kv_caches = list(kv.values())  # what V2's initialize_kv_cache keeps
+    return runner, kv
+
+
+def run_both(specs, layout="LBHNC", memory=1 << 22, kernel_block_sizes=None, *, version="v1", hf_config=None, shared=None):
+    vllm_config, config = make_config(specs, layout, memory, hf_config)
     names = list(specs)
-    stock_runner = make_runner(vllm_config, names, **runner_kw)
-    ours_runner = make_runner(vllm_config, names, **runner_kw)
-    stock_fn = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
-    stock = stock_fn(stock_runner, copy.deepcopy(config), kernel_block_sizes)
-    ours = UpstreamAdapter().initialize_kv_cache_tensors(stock_fn, ours_runner, copy.deepcopy(config), kernel_block_sizes)
-    return config, (stock_runner, stock), (ours_runner, ours)
+    stock = build(version, vllm_config, config, names, kernel_block_sizes, plugin=False, shared=shared)
+    ours = build(version, vllm_config, config, names, kernel_block_sizes, plugin=True, shared=shared)
+    return config, stock, ours
 
 
 def assert_same(stock_pair, ours_pair):
@@ -112,14 +138,20 @@ def assert_same(stock_pair, ours_pair):
     assert sum(total.values()) == sum(stock_total.values())
 
 
+@pytest.fixture(params=RUNNERS)
+def version(request):
+    """Each test runs against V1 and V2."""
+    return request.param
+
+
 def dense(n=3, **kw):
     spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16, **kw)
     return {f"model.layers.{i}.self_attn.attn": spec for i in range(n)}
 
 
 @pytest.mark.parametrize("layout", ["LBHNC", "LBNHC", "BLHNC"])
-def test_dense_matches_stock(layout):
-    config, stock, ours = run_both(dense(), layout)
+def test_dense_matches_stock(layout, version):
+    config, stock, ours = run_both(dense(), layout, version=version)
     assert_same(stock, ours)
     (_, kv) = ours
     # 3 layers x 2 heads x 16 tokens x (64 + 64) x 2 bytes = 8192 bytes per block each
@@ -128,35 +160,35 @@ def test_dense_matches_stock(layout):
     assert kv["model.layers.1.self_attn.attn"].shape == (config.num_blocks, 2, 16, 128)
 
 
-def test_different_k_and_v_head_sizes_match_stock():
-    config, stock, ours = run_both(dense(head_size_v=32))
+def test_different_k_and_v_head_sizes_match_stock(version):
+    config, stock, ours = run_both(dense(head_size_v=32), version=version)
     assert_same(stock, ours)
     assert ours[1]["model.layers.0.self_attn.attn"].shape[-1] == 64 + 32
 
 
-def test_kernel_block_split_matches_stock():
+def test_kernel_block_split_matches_stock(version):
     spec = FullAttentionSpec(block_size=32, num_kv_heads=2, head_size=64, dtype=BF16)
     specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(2)}
-    config, stock, ours = run_both(specs, kernel_block_sizes=[16])
+    config, stock, ours = run_both(specs, kernel_block_sizes=[16], version=version)
     assert_same(stock, ours)
     assert ours[1]["model.layers.0.self_attn.attn"].shape == (2 * config.num_blocks, 2, 16, 128)
 
 
-def test_sliding_window_and_full_groups_match_stock():
+def test_sliding_window_and_full_groups_match_stock(version):
     full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
     swa = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16, sliding_window=128)
     specs = {f"model.layers.{i}.self_attn.attn": (swa if i % 2 else full) for i in range(4)}
-    config, stock, ours = run_both(specs)
+    config, stock, ours = run_both(specs, version=version)
     assert len(config.kv_cache_groups) == 2
     assert_same(stock, ours)
 
 
-def test_hybrid_mamba_and_attention_match_stock():
+def test_hybrid_mamba_and_attention_match_stock(version):
     mamba = MambaSpec(block_size=16, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, torch.float32))
     attn = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
     specs = {f"model.layers.{i}.linear_attn": mamba for i in (0, 1, 2, 4, 5, 6)}
     specs |= {f"model.layers.{i}.self_attn.attn": attn for i in (3, 7)}
-    config, stock, ours = run_both(specs)
+    config, stock, ours = run_both(specs, version=version)
     assert len(config.kv_cache_groups) == 4
     assert_same(stock, ours)
     (_, kv) = ours
@@ -167,11 +199,11 @@ def test_hybrid_mamba_and_attention_match_stock():
     assert kv["model.layers.0.linear_attn"].shape[-1] == 34304
 
 
-def test_mla_matches_stock():
+def test_mla_matches_stock(version):
     spec = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=BF16)
     specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(2)}
     hf = SimpleNamespace(model_type="deepseek_v2", kv_lora_rank=512, qk_rope_head_dim=64)
-    config, stock, ours = run_both(specs, "LBNHC", hf_config=hf)
+    config, stock, ours = run_both(specs, "LBNHC", hf_config=hf, version=version)
     assert_same(stock, ours)
     assert ours[1]["model.layers.1.self_attn.attn"].shape == (config.num_blocks, 1, 16, 576)
 
@@ -184,14 +216,14 @@ def spec_fields(cls) -> set[str]:
     "storage_block_size" not in spec_fields(MLAAttentionSpec),
     reason="MLAAttentionSpec.storage_block_size exists in vLLM 0.30 and 0.31 only (0.32 dropped it)",
 )
-def test_mla_storage_block_size_views_match_stock():
+def test_mla_storage_block_size_views_match_stock(version):
     # vLLM 0.30/0.31 view an MLA cache with storage_block_size in blocks of that
-    # many tokens, whatever the group's kernel block size (compat.view_kernel_block_size).
+    # many tokens, whatever the group's kernel block size.
     spec = MLAAttentionSpec(block_size=32, num_kv_heads=1, head_size=576, dtype=BF16, storage_block_size=16)
     specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(2)}
     hf = SimpleNamespace(model_type="deepseek_v2", kv_lora_rank=512, qk_rope_head_dim=64)
     for kernel_block_sizes in (None, [32]):
-        config, stock, ours = run_both(specs, "LBNHC", hf_config=hf, kernel_block_sizes=kernel_block_sizes)
+        config, stock, ours = run_both(specs, "LBNHC", hf_config=hf, kernel_block_sizes=kernel_block_sizes, version=version)
         assert_same(stock, ours)
         assert ours[1]["model.layers.0.self_attn.attn"].shape == (2 * config.num_blocks, 1, 16, 576)
 
@@ -200,11 +232,11 @@ def test_mla_storage_block_size_views_match_stock():
     not hasattr(kv_cache_interface, "KpoolTailSpec"),
     reason="KpoolTailSpec (GLM-5.3 Flash's kpool indexer tail) exists in vLLM 0.30 and 0.31 only",
 )
-def test_kpool_tail_spec_matches_stock():
-    # A SlidingWindowSpec subclass: the registry's MRO walk gives it the full attention strategy.
+def test_kpool_tail_spec_matches_stock(version):
+    # A SlidingWindowSpec subclass that the full attention strategy lists.
     tail = kv_cache_interface.KpoolTailSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16, sliding_window=16)
     specs = {f"model.layers.{i}.self_attn.tail": tail for i in range(2)}
-    _, stock, ours = run_both(specs)
+    _, stock, ours = run_both(specs, version=version)
     assert_same(stock, ours)
 
 
@@ -213,40 +245,51 @@ def test_kpool_tail_spec_matches_stock():
     reason="KVCacheSpec.block_stride_alignment exists from vLLM 0.31",
 )
 @pytest.mark.parametrize("layout", ["LBHNC", "BLHNC"])
-def test_block_stride_alignment_matches_stock(layout):
+def test_block_stride_alignment_matches_stock(layout, version):
     # The planner pads the block stride beyond the page; the views take it from the tensor.
     spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16, block_stride_alignment=3 * 8192)
-    config, stock, ours = run_both({f"model.layers.{i}.self_attn.attn": spec for i in range(2)}, layout)
+    config, stock, ours = run_both({f"model.layers.{i}.self_attn.attn": spec for i in range(2)}, layout, version=version)
     if layout == "BLHNC":  # block-major: 2 layers' pages (16384 bytes) padded to 24576 per block
         assert config.kv_cache_tensors[0].block_stride == 3 * 8192
     assert_same(stock, ours)
 
 
-def test_cross_layer_kv_sharing_matches_stock():
+def test_cross_layer_kv_sharing_matches_stock_v1():
+    """V1 only: V2 reads cross-layer KV sharing from the model's real Attention
+    modules (gpu/attn_utils.get_shared_kv_cache_layers), which the model zoo
+    builds (tests/zoo)."""
+    version = "v1"
     shared = {"model.layers.3.self_attn.attn": "model.layers.1.self_attn.attn"}
-    config, stock, ours = run_both(dense(), shared=shared)
+    config, stock, ours = run_both(dense(), shared=shared, version=version)
     assert_same(stock, ours)
     kv = ours[1]
     assert kv["model.layers.3.self_attn.attn"] is kv["model.layers.1.self_attn.attn"]
 
 
-def test_test_fault_binds_two_layers_of_one_group_to_one_cache(monkeypatch):
+def test_test_fault_binds_two_layers_of_one_group_to_one_cache(monkeypatch, version):
     monkeypatch.setenv("KV_STRATEGIES_TEST_FAULT", "share_group_cache")
-    _, stock, ours = run_both(dense())
+    _, stock, ours = run_both(dense(), version=version)
     kv = ours[1]
     assert kv["model.layers.1.self_attn.attn"] is kv["model.layers.0.self_attn.attn"]
     with pytest.raises(AssertionError):
         assert_same(stock, ours)
 
 
-def test_unknown_spec_falls_back_to_stock_in_auto_and_raises_when_on(monkeypatch):
-    from vllm.v1.kv_cache_interface import CrossAttentionSpec
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UnclassifiedSpec(FullAttentionSpec):
+    """A subclass no strategy lists, like a spec class a new release adds."""
 
-    spec = CrossAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
-    specs = {"model.layers.0.encoder_attn.attn": spec}
+    extra: int = 0
+
+
+def test_unclassified_spec_falls_back_to_stock_in_auto_and_raises_when_on(monkeypatch, version, kv_log):
+    spec = UnclassifiedSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
+    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(2)}
     monkeypatch.setenv("KV_STRATEGIES", "auto")
-    _, stock, ours = run_both(specs)
+    _, stock, ours = run_both(specs, version=version)
     assert_same(stock, ours)
+    warnings = kv_log.at(logging.WARNING)
+    assert len(warnings) == 1 and "UnclassifiedSpec" in warnings[0] and "model.layers." in warnings[0], warnings
     monkeypatch.setenv("KV_STRATEGIES", "on")
-    with pytest.raises(UnsupportedSpecError, match="CrossAttentionSpec"):
-        run_both(specs)
+    with pytest.raises(UnsupportedSpecError, match="UnclassifiedSpec.*subclass of FullAttentionSpec"):
+        run_both(specs, version=version)

@@ -1,61 +1,67 @@
-"""Runner adapters, one module per model runner, installed by ``register()``.
+"""Runner adapters, installed by ``register()`` from the declarations in
+:mod:`vllm_kv_strategies.compat` (one :class:`~vllm_kv_strategies.compat.PatchTarget`
+per runner).
 
-Importing this package is cheap: adapter modules (which import torch and
-vLLM) load only when their runner module is imported.
+Importing this package is cheap: an adapter module (which imports torch and
+vLLM) loads only when its runner's module is imported, and only then is the
+runner patched and the patch logged.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 
-from .. import compat, patching
+from .. import patching
+from ..compat import ascend as ascend_facts
+from ..compat import upstream as upstream_facts
+from ..compat.targets import PatchTarget
 from ..logger import PREFIX, logger
 
-#: platform -> (adapter module, adapter class). One adapter per runner.
-ADAPTERS: dict[str, tuple[str, str]] = {
-    "upstream": ("vllm_kv_strategies.adapters.upstream", "UpstreamAdapter"),
-    "ascend": ("vllm_kv_strategies.adapters.ascend", "AscendAdapter"),
-}
+
+def targets(platform: str) -> tuple[PatchTarget, ...]:
+    """The runners the plugin patches on ``platform`` (the installed release)."""
+    return (ascend_facts.target(),) if platform == "ascend" else upstream_facts.TARGETS
 
 
-def _adapter(platform: str):
-    module, name = ADAPTERS[platform]
+def adapter_for(target: PatchTarget):
+    module, name = target.adapter.split(":")
     return getattr(importlib.import_module(module), name)()
 
 
-def target_of(platform: str) -> compat.PatchTarget:
-    return compat.ascend_target() if platform == "ascend" else compat.UPSTREAM_TARGET
+def install(platform: str) -> tuple[PatchTarget, ...]:
+    """Patch ``platform``'s runners now, or as soon as each runner's module is
+    imported. Idempotent. Each patch logs one INFO line naming what it
+    replaced when (and only when) it is applied; a failure logs one warning
+    and leaves that runner stock."""
+    chosen = targets(platform)
+    for target in chosen:
 
+        def on_import(module: ModuleType, target: PatchTarget = target) -> None:
+            try:
+                if adapter_for(target).patch(module):
+                    logger.info("%s patched %s (%s)", PREFIX, target.describe(), target.runner)
+            except Exception as exc:  # never break the import of vLLM's runner
+                logger.warning("%s could not patch %s, its KV cache stays stock: %r", PREFIX, target.describe(), exc)
 
-def install(platform: str) -> compat.PatchTarget:
-    """Patch ``platform``'s runner class now, or as soon as its module is
-    imported. Idempotent. Returns the target."""
-    target = target_of(platform)
-
-    def on_import(module: ModuleType) -> None:
-        try:
-            adapter = _adapter(platform)
-            cls = adapter.resolve_class(module)
-            if adapter.patch(cls):
-                logger.debug("%s patched %s.%s", PREFIX, target.module, target.qualname)
-        except Exception as exc:  # never break the import of vLLM's runner
-            logger.warning("%s could not patch %s.%s, stock is used: %r", PREFIX, target.module, target.qualname, exc)
-
-    patching.cancel_pending(target.module)
-    patching.when_imported(target.module, on_import)
-    return target
+        patching.cancel_pending(target.module)
+        patching.when_imported(target.module, on_import)
+    return chosen
 
 
 def uninstall() -> list[str]:
-    """Restore every patched runner class and drop pending patches.
-    Returns the qualified names of the classes restored."""
+    """Restore every patched runner and drop pending patches. Returns what was
+    restored (``target.describe()``)."""
     restored = []
     patching.cancel_pending()
-    for platform in ADAPTERS:
-        target = target_of(platform)
-        module = importlib.sys.modules.get(target.module)
-        cls = getattr(module, target.qualname, None) if module else None
-        if cls is not None and patching.unpatch_methods(cls):
-            restored.append(f"{target.module}.{target.qualname}")
+    for target in (*upstream_facts.TARGETS, ascend_facts.SPLIT_INIT, ascend_facts.THREE_INITS):
+        module = sys.modules.get(target.module)
+        if module is None:
+            continue
+        try:
+            if adapter_for(target).unpatch(module):
+                restored.append(target.describe())
+        except Exception as exc:
+            logger.warning("%s could not restore %s: %r", PREFIX, target.describe(), exc)
     return restored

@@ -1,96 +1,130 @@
-"""What every runner adapter shares: planning from runner state, the stock
-fallback, the test-only fault, and install / uninstall on the runner class."""
+"""What every runner adapter shares: the switch's policy (plan, or stock with
+one warning, or observe), the report, the test-only fault, and installing the
+replacements a :class:`~vllm_kv_strategies.compat.PatchTarget` declares."""
 
 from __future__ import annotations
 
 import functools
-import importlib
-from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from .. import compat, envs, patching
-from ..errors import IncompatibleRunnerError, KVCacheAllocationError, UnsupportedSpecError
-from ..logger import PREFIX, logger
-from ..plan import KVCachePlan, plan_kv_cache
+from .. import envs, patching
+from ..patching import owner_and_name
+from ..compat.targets import PatchTarget
+from ..errors import KVCacheAllocationError, StockWouldFailError
+from ..logger import PREFIX, logger, warn_once
+from ..plan import KVCachePlan
+from ..report import log_summary
 from ..strategies import ModelDims
 
+#: Attribute set on a runner while its stock KV cache build runs as the
+#: fallback, so the plugin's other patched methods it calls stay stock too.
+_STOCK_FLAG = "_kv_strategies_stock"
+class RunnerAdapter:
+    """Builds (or wraps) one runner's KV cache with the strategies.
 
-class RunnerAdapter(ABC):
-    """Replaces the KV cache methods of one model runner class.
-
-    Subclasses name their :class:`~vllm_kv_strategies.compat.PatchTarget` and
-    implement the replacements; each replacement receives the stock method as
-    its first argument so it can fall back to it.
+    Subclasses set :attr:`target` and return their replacements from
+    :meth:`replacements`: attribute (as in ``target.attributes``) ->
+    ``fn(stock, *args, **kwargs)``, where ``stock`` is the original and, for a
+    method, ``args[0]`` is the runner.
     """
 
-    target: compat.PatchTarget
-    #: Runner attributes the replacements read; a runner lacking one is an
-    #: unsupported release (stock is kept in ``auto``).
-    runner_attrs: tuple[str, ...] = ()
+    target: PatchTarget
 
-    @abstractmethod
     def replacements(self) -> dict[str, Callable[..., Any]]:
-        """method name -> ``fn(stock, runner, *args, **kwargs)``."""
+        raise NotImplementedError
 
-    # -- install ---------------------------------------------------------
-    def resolve_class(self, module: Any = None) -> type:
-        module = module or importlib.import_module(self.target.module)
-        return getattr(module, self.target.qualname)
+    # -- install -----------------------------------------------------------
+    def patch(self, module: Any) -> bool:
+        """Replace every declared attribute of ``module``; False when they
+        already were (a repeat is a no-op).
 
-    def patch(self, cls: type) -> bool:
-        """Patch ``cls``; False when it already was (a repeat is a no-op)."""
-        wrapped = {}
-        for name, fn in self.replacements().items():
-            stock = cls.__dict__[name] if name in cls.__dict__ else None
+        Raises:
+            AttributeError: an owner lacks a declared attribute; nothing is
+                changed on that owner.
+        """
+        by_owner: dict[Any, dict[str, Callable[..., Any]]] = {}
+        for attribute, fn in self.replacements().items():
+            owner, name = owner_and_name(module, attribute)
+            stock = vars(owner).get(name)
+            if stock is None:
+                raise AttributeError(f"{self.target.qualified(attribute)} does not exist")
 
             def make(fn: Callable[..., Any] = fn, stock: Any = stock) -> Callable[..., Any]:
                 @functools.wraps(stock)
-                def method(runner: Any, *args: Any, **kwargs: Any) -> Any:
-                    return fn(stock, runner, *args, **kwargs)
+                def replacement(*args: Any, **kwargs: Any) -> Any:
+                    return fn(stock, *args, **kwargs)
 
-                return method
+                return replacement
 
-            wrapped[name] = make()
-        return patching.patch_methods(cls, wrapped)
+            by_owner.setdefault(owner, {})[name] = make()
+        changed = False
+        for owner, replacements in by_owner.items():
+            changed |= patching.patch_methods(owner, replacements)
+        return changed
 
-    # -- helpers for replacements -----------------------------------------
+    def unpatch(self, module: Any) -> bool:
+        """Restore the originals; False when nothing was patched."""
+        owners = {owner_and_name(module, a)[0] for a in self.target.attributes}
+        return any([patching.unpatch_methods(owner) for owner in owners])
+
+    # -- the switch's policy -------------------------------------------------
     @staticmethod
-    def layer_dims(runner: Any) -> Callable[[str], ModelDims]:
-        """Per layer: dimensions from its attention module, else the HF config."""
-        model_config = getattr(runner, "model_config", None) or runner.vllm_config.model_config
-        hf = getattr(model_config, "hf_text_config", None) or getattr(model_config, "hf_config", None)
-        layers = runner.compilation_config.static_forward_context
-        return lambda name: ModelDims.from_objects(layers.get(name), hf)
+    def observing() -> bool:
+        return envs.KV_STRATEGIES == "observe"
 
-    def plan_or_fallback(self, runner: Any, kv_cache_config: Any) -> KVCachePlan | None:
-        """Plan every layer; None means "use stock for this runner".
+    @staticmethod
+    def plan_or_fallback(plan: Callable[[], KVCachePlan]) -> KVCachePlan | None:
+        """``plan()``, or None for "build this runner stock".
 
-        In ``auto`` a spec kind no strategy handles, or a runner without the
-        state this adapter reads, keeps stock behaviour for all layers (never a
-        mix) with one warning; with ``KV_STRATEGIES=on`` the error propagates.
+        Any failure while planning (nothing is allocated yet) leaves the whole
+        runner stock in ``auto``, with one warning per worker naming the layer,
+        its spec and the reason; ``KV_STRATEGIES=on`` raises it. A
+        :class:`~vllm_kv_strategies.errors.StockWouldFailError` (stock would
+        corrupt the cache or fail on it too) is raised in every mode.
         """
         try:
-            missing = [a for a in self.runner_attrs if not hasattr(runner, a)]
-            if missing:
-                raise IncompatibleRunnerError(
-                    f"{type(runner).__qualname__} has no {', '.join(missing)}; this release is not supported"
-                )
-            return plan_kv_cache(
-                kv_cache_config,
-                self.layer_dims(runner),
-                skip_layers=set(getattr(runner, "runner_only_attn_layers", ()) or ()),
-            )
-        except (UnsupportedSpecError, IncompatibleRunnerError) as exc:
+            return plan()
+        except StockWouldFailError:
+            raise
+        except Exception as exc:
             if envs.KV_STRATEGIES == "on":
                 raise
-            logger.warning("%s falling back to stock KV cache for all layers: %s", PREFIX, exc)
+            warn_once(f"{PREFIX} falling back to stock KV cache for all layers: {exc}")
             return None
 
     @staticmethod
-    def inject_test_fault(plan: KVCachePlan, kv_caches: dict[str, Any]) -> None:
+    def building_stock(runner: Any) -> bool:
+        """Whether ``runner`` is inside its stock build (the fallback)."""
+        return bool(vars(runner).get(_STOCK_FLAG, False))
+
+    @staticmethod
+    @contextmanager
+    def stock_build(runner: Any) -> Iterator[None]:
+        """Mark ``runner`` as building its KV cache stock for the duration."""
+        vars(runner)[_STOCK_FLAG] = True
+        try:
+            yield
+        finally:
+            vars(runner).pop(_STOCK_FLAG, None)
+
+    # -- helpers for replacements -----------------------------------------
+    @staticmethod
+    def layer_dims(hf_config: Any, forward_context: dict[str, Any]) -> Callable[[str], ModelDims]:
+        """Per layer: dimensions from its attention module, else the HF config."""
+        return lambda name: ModelDims.from_objects(forward_context.get(name), hf_config)
+
+    def report(self, plan: KVCachePlan | None, kv_caches: dict[str, Any], kv_cache_config: Any, model: Any = None) -> None:
+        """The summary line (and the JSON report where asked) of what was built."""
+        if plan is not None:
+            log_summary(plan, kv_caches)
+
+    @staticmethod
+    def inject_test_fault(plan: KVCachePlan, kv_caches: dict[str, Any], forward_context: dict[str, Any] | None = None) -> None:
         """``KV_STRATEGIES_TEST_FAULT=share_group_cache``: bind the second layer
-        of the first group with two or more layers to the first one's cache."""
+        of the first group with two or more layers to the first one's cache.
+        With ``forward_context`` (caches bound already) the layer is rebound."""
         if envs.KV_STRATEGIES_TEST_FAULT != "share_group_cache":
             return
         by_group: dict[int, list[str]] = {}
@@ -100,6 +134,10 @@ class RunnerAdapter(ABC):
             if len(names) >= 2:
                 logger.warning("%s TEST FAULT: %s bound to the cache of %s", PREFIX, names[1], names[0])
                 kv_caches[names[1]] = kv_caches[names[0]]
+                if forward_context is not None:
+                    bound = forward_context[names[0]].kv_cache
+                    layer = forward_context[names[1]]
+                    layer.bind_kv_cache(bound) if hasattr(layer, "bind_kv_cache") else setattr(layer, "kv_cache", bound)
                 return
         logger.warning("%s TEST FAULT: no KV cache group has two layers of its own; nothing injected", PREFIX)
 
@@ -121,6 +159,4 @@ def allocate_bytes(nbytes: int, device: Any, layer: str) -> Any:
                 free = f" ({module.mem_get_info(device)[0]} bytes free)"
             except Exception:
                 pass
-        raise KVCacheAllocationError(
-            f"allocating {nbytes} bytes of KV cache for layer {layer!r} failed{free}: {exc}"
-        ) from exc
+        raise KVCacheAllocationError(f"allocating {nbytes} bytes of KV cache for layer {layer!r} failed{free}: {exc}") from exc

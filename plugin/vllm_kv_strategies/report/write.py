@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .. import compat
+from ..compat.specs import has_strided_tensors, layer_spec, tensor_layers
 from .._version import __version__
 from ..logger import PREFIX, logger
 from .schema import MARKER, SCHEMA_VERSION, file_name, iso, latest_name, utc_now
@@ -108,7 +109,7 @@ def _groups(kv_cache_config: Any) -> tuple[list[dict], dict[str, tuple[int, Any]
     for gid, group in enumerate(kv_cache_config.kv_cache_groups):
         by_spec: dict[Any, tuple[Any, list[str]]] = {}
         for name in group.layer_names:
-            spec = compat.layer_spec(group.kv_cache_spec, name)
+            spec = layer_spec(group.kv_cache_spec, name)
             layer_specs[name] = (gid, spec)
             try:
                 hash(spec)
@@ -233,7 +234,7 @@ def build_report(
         per_kind[kind] = per_kind.get(kind, 0) + 1
     sizes = [t.size for t in tensors]
     if strided is None:
-        strided = compat.has_strided_tensors()
+        strided = has_strided_tensors()
     allocated = sum(b["bytes"] for b in storages.values())
     required = (max(sizes) if strided else sum(sizes)) if sizes else 0
     padding = sum(b["bytes"] - (b["extent"][1] - b["extent"][0]) for b in storages.values() if b["extent"])
@@ -267,7 +268,7 @@ def build_report(
                      "torch": installed.torch},
         "kv_cache": {
             "num_blocks": config.num_blocks,
-            "tensors": [{"size": t.size, "layers": compat.tensor_layers(t)} for t in config.kv_cache_tensors],
+            "tensors": [{"size": t.size, "layers": tensor_layers(t)} for t in config.kv_cache_tensors],
             "groups": groups,
         },
         "totals": summary.totals(),

@@ -1,7 +1,9 @@
-"""Built-in strategies, one module per KV cache spec kind."""
+"""Built-in strategies, one module per KV cache spec kind, and the spec
+classes no strategy lays out (refused, with the reason)."""
 
-from .base import KVCacheStrategy, ModelDims, PagePart
+from .base import KVCacheStrategy, LayoutFamily, ModelDims, PagePart
 from .full_attention import FullAttentionStrategy
+from .hidden_state import HiddenStateStrategy
 from .mamba import MambaStrategy
 from .mla import MLAStrategy
 from .sparse_mla import SparseMLAStrategy
@@ -11,12 +13,32 @@ BUILTIN_STRATEGIES: tuple[type[KVCacheStrategy], ...] = (
     MLAStrategy,
     SparseMLAStrategy,
     MambaStrategy,
+    HiddenStateStrategy,
 )
+
+#: Spec classes the installed releases define that no built-in strategy lays
+#: out, by class name, with the reason. A layer of such a spec leaves the
+#: runner stock in ``auto`` (one warning) and raises with ``on``. The spec-class
+#: census test requires every KVCacheSpec subclass of every release in the
+#: matrix to be served by a strategy or listed here.
+REFUSED_SPEC_CLASSES: dict[str, str] = {
+    "CircularBufferSpec": "DeepSeek V4's compressor ring buffer: a per-request ring, not paged blocks",
+    "HiSparseHotSpec": "HiSparse device pool: laid out by vLLM's hisparse binding, not by KV cache tensors",
+    "HiSparseResidentSpec": "HiSparse host-resident pool: laid out by vLLM's hisparse binding",
+    "TQFullAttentionSpec": "TurboQuant packed K/V slots: no layout is defined for its packed page",
+}
+
+#: Classes that are not a layer's spec (wrappers and abstract bases).
+NOT_LAYER_SPECS: frozenset[str] = frozenset({"KVCacheSpec", "AttentionSpec", "UniformTypeKVCacheSpecs"})
 
 __all__ = [
     "BUILTIN_STRATEGIES",
+    "NOT_LAYER_SPECS",
+    "REFUSED_SPEC_CLASSES",
     "FullAttentionStrategy",
+    "HiddenStateStrategy",
     "KVCacheStrategy",
+    "LayoutFamily",
     "MLAStrategy",
     "MambaStrategy",
     "ModelDims",

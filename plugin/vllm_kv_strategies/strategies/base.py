@@ -1,21 +1,43 @@
 """The strategy interface: what one KV cache spec kind stores per block.
 
 A strategy is a small stateless object. Given one layer's KV cache spec it
-states the parts of a page (``PagePart``: name, dtype, per-block shape) and so
-the page size in bytes. Runner adapters turn those parts into tensors in the
-layout their runner's attention backends expect; strategies know nothing of
-runners, devices or vLLM releases (the compatibility module does).
+states the parts of a page (:class:`PagePart`: name, dtype, per-block shape)
+and so the page size in bytes, and the :class:`LayoutFamily` that tells a
+runner's layout code how the parts are placed. Strategies know nothing of
+runners or devices; which spec classes exist in a release comes from
+:mod:`vllm_kv_strategies.compat.specs`.
 """
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..errors import UnsupportedSpecError
+
 if TYPE_CHECKING:
     import torch
+
+
+class LayoutFamily(str, enum.Enum):
+    """How a kind's parts are placed in raw buffers on layouts that choose
+    (vllm-ascend's runner; upstream vLLM places every kind itself).
+
+    * ``PER_PART``: attention. One raw buffer per part, each viewed with
+      num_blocks as dim 0 (the KV transfer engines register them one by one);
+      layers sharing a ``KVCacheTensor`` share the buffers part by part.
+    * ``STATES``: Mamba / linear attention. One raw buffer holding every part
+      (state), each placed by byte offset.
+    * ``PLAIN``: one part in one raw buffer, viewed as a plain tensor and
+      bound as such (the hidden-state cache of speculative decoding).
+    """
+
+    PER_PART = "per_part"
+    STATES = "states"
+    PLAIN = "plain"
 
 
 @dataclass(frozen=True)
@@ -76,17 +98,16 @@ class ModelDims:
 class KVCacheStrategy(ABC):
     """Builds the KV cache of one spec kind.
 
-    Subclasses set ``name``, list the spec classes they serve in
-    :meth:`spec_types` (the registry resolves a spec's class through its MRO,
-    most specific first) and may refine the choice with :meth:`matches`.
+    Subclasses set ``name`` and ``family``, list the exact spec classes they
+    serve in :meth:`spec_types` (the registry matches a spec's own class, never
+    an ancestor's: a subclass a strategy does not list is not understood), and
+    may refine the choice among strategies of one class with :meth:`matches`.
     """
 
     #: Short kind name used in logs and reports, e.g. ``"full_attention"``.
     name: ClassVar[str]
-    #: True: each part lives in its own raw buffer on layouts that separate
-    #: them (Ascend attention, for the KV transfer engines). False: one raw
-    #: buffer is viewed as all parts (Mamba states).
-    separate_buffers: ClassVar[bool] = True
+    #: How the parts are placed in raw buffers (see :class:`LayoutFamily`).
+    family: ClassVar[LayoutFamily] = LayoutFamily.PER_PART
 
     @classmethod
     @abstractmethod
@@ -109,9 +130,56 @@ class KVCacheStrategy(ABC):
             KVCacheLayoutError: the spec's dimensions cannot be split.
         """
 
+    def kind(self, spec: Any) -> str:
+        """What the summary line calls a layer of ``spec``: the strategy's name
+        by default (``sliding_window`` for windowed attention, say)."""
+        return self.name
+
     def page_size_bytes(self, spec: Any, dims: ModelDims) -> int:
         """Bytes of one block's page without padding: the sum of the parts."""
         return sum(part.nbytes for part in self.page_parts(spec, dims))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+#: Spec fields that pack an attention page differently from plain per-token
+#: elements (vLLM 0.32+), with their plain values.
+_PACKING_FIELDS = (("num_head_slots", None), ("state_content_bytes", None), ("tokens_per_state", 1))
+#: vllm-ascend's ``AscendMLAAttentionSpec`` fields of quantised (C8) sparse
+#: caches, indexer scales and DCP-replicated indexers, with their plain values.
+_ASCEND_QUANT_FIELDS = (
+    ("cache_sparse_c8", False),
+    ("cache_sparse_sfa_c8", False),
+    ("cache_sparse_li_c8", False),
+    ("scale_dim", 0),
+    ("sfa_dcp_replicated_indexer_size", 1),
+)
+
+
+def require_dense_page(spec: Any, kind: str) -> None:
+    """Refuse attention pages that are not plain K/V (or latent) elements.
+
+    Raises:
+        UnsupportedSpecError: the spec packs its page (``num_head_slots``,
+            ``state_content_bytes``, ``tokens_per_state`` != 1, a packed
+            ``cache_dtype_str`` such as ``fp8_ds_mla``), stores per-token
+            quantisation scales (``kv_quant_mode``), or is one of
+            vllm-ascend's quantised sparse caches.
+    """
+    packed = {
+        name: getattr(spec, name)
+        for name, plain in (*_PACKING_FIELDS, *_ASCEND_QUANT_FIELDS)
+        if getattr(spec, name, plain) != plain
+    }
+    mode = getattr(spec, "kv_quant_mode", None)
+    if mode is not None and mode.name not in ("NONE", "FP8_PER_TENSOR"):
+        packed["kv_quant_mode"] = mode.name
+    cache_dtype = getattr(spec, "cache_dtype_str", None)
+    dense_dtype = cache_dtype in (None, "auto", "bfloat16", "float16", "float32") or (
+        cache_dtype.startswith("fp8") and not cache_dtype.endswith("_ds_mla")
+    )
+    if not dense_dtype:
+        packed["cache_dtype_str"] = cache_dtype
+    if packed:
+        raise UnsupportedSpecError(f"{kind} strategy does not lay out packed KV pages: {type(spec).__name__} has {packed}")

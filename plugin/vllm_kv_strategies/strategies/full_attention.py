@@ -1,16 +1,31 @@
-"""Full attention (also sliding window and chunked local): K and V per block.
+"""Full attention, and its windowed variants: K and V per block.
 
-Page size = block_size x num_kv_heads x (head_size + head_size_v) x dtype size,
-as vLLM's ``AttentionSpec.page_size_bytes`` for dense K/V
-(``vllm/v1/kv_cache_interface.py``).
+Page size = block_size x num_kv_heads x (head_size + head_size_v) x dtype
+size, as vLLM's ``AttentionSpec.page_size_bytes`` for dense K/V
+(``vllm/v1/kv_cache_interface.py``). The same page serves sliding-window,
+chunked-local, sink, R-SWA, cross-attention and encoder-only layers: their
+specs differ in which blocks the scheduler keeps, not in a block's bytes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import compat
-from .base import KVCacheStrategy, ModelDims, PagePart
+from ..compat.specs import head_size_v, spec_classes
+from .base import KVCacheStrategy, ModelDims, PagePart, require_dense_page
+
+#: vLLM's dense attention spec classes this strategy lays out (those a
+#: release lacks are skipped).
+SPEC_CLASS_NAMES = (
+    "FullAttentionSpec",
+    "SlidingWindowSpec",
+    "ChunkedLocalAttentionSpec",
+    "SinkFullAttentionSpec",
+    "RSWASpec",
+    "CrossAttentionSpec",
+    "EncoderOnlyAttentionSpec",
+    "KpoolTailSpec",  # vLLM 0.30 / 0.31: GLM-5.3 Flash's kpool tail, a plain sliding-window page
+)
 
 
 class FullAttentionStrategy(KVCacheStrategy):
@@ -18,7 +33,7 @@ class FullAttentionStrategy(KVCacheStrategy):
 
     @classmethod
     def spec_types(cls) -> tuple[type, ...]:
-        return compat.full_attention_spec_types()
+        return spec_classes(*SPEC_CLASS_NAMES)
 
     def page_parts(self, spec: Any, dims: ModelDims) -> tuple[PagePart, ...]:
         """``k``: (block_size, num_kv_heads, head_size); ``v``: the same with
@@ -27,9 +42,17 @@ class FullAttentionStrategy(KVCacheStrategy):
         Raises:
             UnsupportedSpecError: packed or per-token-quantised K/V pages.
         """
-        compat.require_dense_attention(spec, self.name)
+        require_dense_page(spec, self.name)
         rows = (spec.block_size, spec.num_kv_heads)
         return (
             PagePart("k", spec.dtype, (*rows, spec.head_size)),
-            PagePart("v", spec.dtype, (*rows, compat.head_size_v(spec))),
+            PagePart("v", spec.dtype, (*rows, head_size_v(spec))),
         )
+
+    def kind(self, spec: Any) -> str:
+        """``sliding_window``, ``chunked_local`` or ``full_attention``."""
+        if getattr(spec, "sliding_window", None):
+            return "sliding_window"
+        if getattr(spec, "attention_chunk_size", None):
+            return "chunked_local"
+        return self.name

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import compat
-from .base import KVCacheStrategy, ModelDims, PagePart
+from ..compat.specs import spec_classes
+from .base import KVCacheStrategy, LayoutFamily, ModelDims, PagePart
 
 
 class MambaStrategy(KVCacheStrategy):
     name = "mamba"
-    separate_buffers = False
+    family = LayoutFamily.STATES
 
     @classmethod
     def spec_types(cls) -> tuple[type, ...]:
-        return compat.mamba_spec_types()
+        return spec_classes("MambaSpec")
 
     def page_parts(self, spec: Any, dims: ModelDims) -> tuple[PagePart, ...]:
         """One part per state, named ``conv`` and ``ssm`` when there are two

@@ -8,10 +8,53 @@ Ascend the latent is stored as two caches, nope (kv_lora_rank) and rope
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from .. import compat
-from .base import KVCacheStrategy, ModelDims, PagePart
+from ..compat.specs import ascend_spec_classes, spec_classes
+from ..errors import KVCacheLayoutError
+from .base import KVCacheStrategy, ModelDims, PagePart, require_dense_page
+
+#: The MLA spec classes of vLLM and of vllm-ascend (where installed).
+SPEC_CLASS_NAMES = ("MLAAttentionSpec", "SlidingWindowMLASpec")
+ASCEND_SPEC_CLASS_NAMES = ("AscendMLAAttentionSpec", "AscendSlidingWindowMLASpec")
+
+
+def mla_spec_types() -> tuple[type, ...]:
+    """Every MLA spec class of the installed releases."""
+    return (*spec_classes(*SPEC_CLASS_NAMES), *ascend_spec_classes(*ASCEND_SPEC_CLASS_NAMES))
+
+
+@dataclass(frozen=True)
+class MLASplit:
+    """Widths (elements per token and head) of an MLA page's parts."""
+
+    nope: int
+    rope: int
+    indexer: int = 0
+    indexer_heads: int = 1
+    indexer_dtype: Any = None
+
+
+def mla_split(spec: Any, dims: ModelDims) -> MLASplit:
+    """Split a plain MLA spec's head_size into nope and rope widths, from the
+    model config (``kv_lora_rank``, ``qk_rope_head_dim``).
+
+    Raises:
+        KVCacheLayoutError: the model config lacks them, or they do not add
+            up to the spec's head_size.
+    """
+    nope, rope = dims.kv_lora_rank, dims.qk_rope_head_dim
+    if nope is None or rope is None:
+        raise KVCacheLayoutError(
+            f"MLA spec {type(spec).__name__}(head_size={spec.head_size}) needs kv_lora_rank and "
+            "qk_rope_head_dim from the model to split its latent into nope and rope; the model has neither"
+        )
+    if nope + rope != spec.head_size:
+        raise KVCacheLayoutError(
+            f"MLA spec {type(spec).__name__}: head_size {spec.head_size} != nope {nope} + rope {rope}"
+        )
+    return MLASplit(nope, rope)
 
 
 class MLAStrategy(KVCacheStrategy):
@@ -19,7 +62,7 @@ class MLAStrategy(KVCacheStrategy):
 
     @classmethod
     def spec_types(cls) -> tuple[type, ...]:
-        return compat.mla_spec_types()
+        return mla_spec_types()
 
     def page_parts(self, spec: Any, dims: ModelDims) -> tuple[PagePart, ...]:
         """``nope``: (block_size, num_kv_heads, kv_lora_rank) and ``rope``:
@@ -29,10 +72,13 @@ class MLAStrategy(KVCacheStrategy):
             KVCacheLayoutError: the split does not add up to ``head_size``.
             UnsupportedSpecError: packed (e.g. fp8_ds_mla) pages.
         """
-        compat.require_dense_attention(spec, self.name)
-        split = compat.mla_split(spec, dims)
+        require_dense_page(spec, self.name)
+        split = mla_split(spec, dims)
         rows = (spec.block_size, spec.num_kv_heads)
         return (
             PagePart("nope", spec.dtype, (*rows, split.nope)),
             PagePart("rope", spec.dtype, (*rows, split.rope)),
         )
+
+    def kind(self, spec: Any) -> str:
+        return "sliding_window_mla" if getattr(spec, "sliding_window", None) else self.name

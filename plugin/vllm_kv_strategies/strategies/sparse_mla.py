@@ -1,10 +1,13 @@
-"""Sparse MLA (DeepSeek V3.2 sparse attention): MLA plus the indexer key cache.
+"""Sparse MLA (DeepSeek V3.2 sparse attention, DSA): MLA plus the indexer key cache.
 
-Two forms reach this strategy (the compatibility module tells them apart):
+Three forms reach this strategy:
 
 * a layer that stores nope + rope + the indexer key cache in one page
-  (vllm-ascend's MLA spec subclass with ``sparse_head_dim``, and the legacy
-  ``FullAttentionSpec`` with twice the MLA page up to vllm-ascend 0.18);
+  (vllm-ascend's MLA spec with ``sparse_head_dim`` = (nope, rope, indexer));
+* vllm-ascend's legacy form up to 0.13: a ``FullAttentionSpec`` of twice the
+  MLA page (``num_kv_heads=1``, ``head_size=kv_lora_rank+qk_rope_head_dim``),
+  restated by :func:`normalize_legacy_specs` as :class:`LegacySparseMLASpec`
+  before planning;
 * an indexer-only layer (upstream vLLM: ``MLAAttentionSpec`` with
   ``cache_role=INDEXER``), whose page is the indexer key cache alone.
 
@@ -13,10 +16,49 @@ The indexer key cache is (block_size, 1, index_head_dim) per block.
 
 from __future__ import annotations
 
+import dataclasses
+from functools import cache
 from typing import Any
 
-from .. import compat
-from .base import KVCacheStrategy, ModelDims, PagePart
+from ..compat.specs import uniform_type_specs_class, vllm_spec_class
+from ..errors import KVCacheLayoutError
+from .base import KVCacheStrategy, ModelDims, PagePart, require_dense_page
+from .mla import MLASplit, mla_spec_types
+
+
+def _ascend_sparse_dims(spec: Any) -> tuple[int, ...]:
+    dims = getattr(spec, "sparse_head_dim", None)
+    return tuple(dims) if dims else ()
+
+
+def is_indexer(spec: Any) -> bool:
+    """An upstream indexer-only layer (``cache_role == INDEXER``)."""
+    role = getattr(spec, "cache_role", None)
+    return role is not None and getattr(role, "value", role) == "indexer"
+
+
+def is_sparse_mla(spec: Any) -> bool:
+    """True for specs of DeepSeek V3.2 sparse attention: an upstream indexer
+    layer or a spec with vllm-ascend's ``sparse_head_dim``."""
+    return is_indexer(spec) or bool(_ascend_sparse_dims(spec))
+
+
+def sparse_split(spec: Any) -> MLASplit:
+    """Widths of a sparse spec's parts (elements per token and head).
+
+    Raises:
+        KVCacheLayoutError: nope + rope + indexer != head_size.
+    """
+    if is_indexer(spec):
+        return MLASplit(0, 0, spec.head_size, spec.num_kv_heads, spec.dtype)
+    nope, rope, *rest = _ascend_sparse_dims(spec)
+    split = MLASplit(nope, rope, rest[0] if rest else 0)
+    if nope + rope + split.indexer != spec.head_size:
+        raise KVCacheLayoutError(
+            f"sparse MLA spec {type(spec).__name__}: head_size {spec.head_size} != nope {nope} + "
+            f"rope {rope} + indexer {split.indexer}"
+        )
+    return split
 
 
 class SparseMLAStrategy(KVCacheStrategy):
@@ -24,19 +66,23 @@ class SparseMLAStrategy(KVCacheStrategy):
 
     @classmethod
     def spec_types(cls) -> tuple[type, ...]:
-        return compat.mla_spec_types()
+        return (*mla_spec_types(), legacy_sparse_mla_spec_class())
 
     def matches(self, spec: Any) -> bool:
-        return compat.is_sparse_mla(spec)
+        return is_sparse_mla(spec)
 
     def page_parts(self, spec: Any, dims: ModelDims) -> tuple[PagePart, ...]:
-        """nope, rope (as :class:`MLAStrategy`) and ``indexer_k``
+        """nope, rope (as the MLA strategy) and ``indexer_k``
         (block_size, 1, index_head_dim); an indexer-only layer has just
         ``indexer_k`` (block_size, num_kv_heads, head_size). A sparse layer
         whose indexer is shared from another layer gets no ``indexer_k``.
+
+        Raises:
+            KVCacheLayoutError: the widths do not add up to ``head_size``.
+            UnsupportedSpecError: quantised (C8) or packed pages.
         """
-        compat.require_dense_attention(spec, self.name)
-        split = compat.mla_split(spec, dims)
+        require_dense_page(spec, self.name)
+        split = sparse_split(spec)
         parts = []
         if split.nope or split.rope:
             rows = (spec.block_size, spec.num_kv_heads)
@@ -48,3 +94,93 @@ class SparseMLAStrategy(KVCacheStrategy):
             shape = (spec.block_size, split.indexer_heads, split.indexer)
             parts.append(PagePart("indexer_k", split.indexer_dtype or spec.dtype, shape, kernel_blocks=False))
         return tuple(parts)
+
+
+# -- vllm-ascend's legacy form (0.11, 0.13) -------------------------------------
+
+
+@cache
+def legacy_sparse_mla_spec_class() -> type:
+    """A subclass of vLLM's ``MLAAttentionSpec`` that restates a legacy sparse
+    layer (see :func:`legacy_sparse_mla`): ``sparse_head_dim`` = (nope, rope,
+    indexer) like vllm-ascend's later spec, ``page_size_padded`` = the K+V
+    page the config reserved for it (bytes)."""
+    base = vllm_spec_class("MLAAttentionSpec")
+
+    @dataclasses.dataclass(frozen=True)
+    class LegacySparseMLASpec(base):  # type: ignore[misc, valid-type]
+        sparse_head_dim: tuple[int, ...] = ()
+        page_size_padded: int | None = None
+
+        @property
+        def unpadded_page_size_bytes(self) -> int:
+            return self.block_size * self.num_kv_heads * sum(self.sparse_head_dim) * self.dtype.itemsize
+
+        @property
+        def page_size_bytes(self) -> int:
+            return self.unpadded_page_size_bytes if self.page_size_padded is None else self.page_size_padded
+
+    return LegacySparseMLASpec
+
+
+def legacy_sparse_mla(spec: Any, dims: ModelDims, index_head_dim: int) -> Any:
+    """The spec to plan a layer with, for vllm-ascend's legacy sparse form.
+
+    vllm-ascend 0.11 and 0.13 give each DeepSeek V3.2 layer a plain
+    ``FullAttentionSpec(num_kv_heads=1, head_size=kv_lora_rank +
+    qk_rope_head_dim)``: a K+V page of twice the MLA latent, of which nope,
+    rope and the indexer key cache (block_size, 1, index_head_dim) use
+    ``kv_lora_rank + qk_rope_head_dim + index_head_dim`` elements per token.
+    Such a spec becomes a :func:`legacy_sparse_mla_spec_class` spec with the
+    same block size and dtype; anything else is returned unchanged.
+
+    Args:
+        dims: the layer's ``ModelDims`` (kv_lora_rank, qk_rope_head_dim;
+            ``index_head_dim`` when the model config has it).
+        index_head_dim: the indexer width to use when ``dims`` has none (the
+            release's hard-coded width).
+
+    Raises:
+        KVCacheLayoutError: nope + rope + indexer do not fit the K+V page.
+    """
+    nope, rope = dims.kv_lora_rank, dims.qk_rope_head_dim
+    if type(spec) is not vllm_spec_class("FullAttentionSpec") or None in (nope, rope):
+        return spec
+    if spec.num_kv_heads != 1 or spec.head_size != nope + rope:
+        return spec
+    split = (nope, rope, dims.index_head_dim or index_head_dim)
+    restated = legacy_sparse_mla_spec_class()(
+        block_size=spec.block_size,
+        num_kv_heads=1,
+        head_size=sum(split),
+        dtype=spec.dtype,
+        sparse_head_dim=split,
+        page_size_padded=spec.page_size_bytes,
+    )
+    if restated.unpadded_page_size_bytes > spec.page_size_bytes:
+        raise KVCacheLayoutError(
+            f"sparse MLA layer: nope {nope} + rope {rope} + indexer {split[2]} elements per token "
+            f"do not fit the {spec.page_size_bytes}-byte page of {spec}"
+        )
+    return restated
+
+
+def normalize_legacy_specs(kv_cache_config: Any, dims: Any, index_head_dim: int) -> Any:
+    """``kv_cache_config`` with every group spec passed through
+    :func:`legacy_sparse_mla` (a shallow copy), or the config itself when
+    nothing changes. Call it only for a runner with ``use_sparse`` on a
+    release with the legacy form. ``dims``: layer name -> ``ModelDims``."""
+    wrapper = uniform_type_specs_class()
+    groups = []
+    for group in kv_cache_config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        if wrapper is not None and isinstance(spec, wrapper):
+            inner = {n: legacy_sparse_mla(s, dims(n), index_head_dim) for n, s in spec.kv_cache_specs.items()}
+            if any(inner[n] is not s for n, s in spec.kv_cache_specs.items()):
+                spec = dataclasses.replace(spec, kv_cache_specs=inner)
+        elif group.layer_names:
+            spec = legacy_sparse_mla(spec, dims(group.layer_names[0]), index_head_dim)
+        groups.append(group if spec is group.kv_cache_spec else dataclasses.replace(group, kv_cache_spec=spec))
+    if all(g is h for g, h in zip(groups, kv_cache_config.kv_cache_groups)):
+        return kv_cache_config
+    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)

@@ -1,0 +1,167 @@
+"""vllm-ascend's ``NPUModelRunner`` (0.11 - 0.23): what the plugin patches in
+each release, and the release facts its layout depends on.
+
+The layout itself (raw buffers per part, Mamba states by byte offset, the
+hybrid single buffer) is the plugin's own, in
+:mod:`vllm_kv_strategies.layout.ascend`; these functions only say how a
+release differs.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from .matrix import Installed, release_before
+from .targets import PatchTarget
+
+_WHY = (
+    "vllm-ascend's KV cache initialisation chooses layouts by layer-name substrings and model "
+    "flags, and allocates one buffer per layer where layers share a KVCacheTensor; the strategies "
+    "build each layer from its own spec, share buffers as the KVCacheConfig says, and check "
+    "everything before allocating"
+)
+_REMOVE_WHEN = "vllm-ascend builds its KV cache from per-spec strategies itself"
+
+#: vllm-ascend 0.13+: the initialisation and its two halves (raw buffers, typed views).
+SPLIT_INIT = PatchTarget(
+    name="ascend",
+    runner="NPUModelRunner",
+    module="vllm_ascend.worker.model_runner_v1",
+    attributes=(
+        "NPUModelRunner.initialize_kv_cache_tensors",
+        "NPUModelRunner._allocate_kv_cache_tensors",
+        "NPUModelRunner._reshape_kv_cache_tensors",
+    ),
+    adapter="vllm_kv_strategies.adapters.ascend:AscendAdapter",
+    why=_WHY,
+    mirrors=(
+        "vllm_ascend/worker/model_runner_v1.py NPUModelRunner.initialize_kv_cache_tensors, "
+        "_allocate_kv_cache_tensors, _reshape_kv_cache_tensors (0.13-0.23); buffers shared per "
+        "KVCacheTensor as vllm-ascend PR #6887 does for hybrid models"
+    ),
+    remove_when=_REMOVE_WHEN,
+)
+#: vllm-ascend 0.11: no halves; ``initialize_kv_cache`` calls one of three
+#: complete initialisations (sparse MLA if ``use_sparse``, MLA if the model is
+#: DeepSeek MLA, else the general one).
+THREE_INITS = PatchTarget(
+    name="ascend-0.11",
+    runner="NPUModelRunner",
+    module=SPLIT_INIT.module,
+    attributes=(
+        "NPUModelRunner.initialize_kv_cache_tensors",
+        "NPUModelRunner.initialize_kv_cache_tensors_deepseek_mla",
+        "NPUModelRunner.initialize_kv_cache_tensors_deepseek_sfa",
+    ),
+    adapter=SPLIT_INIT.adapter,
+    why=_WHY,
+    mirrors=(
+        "vllm_ascend/worker/model_runner_v1.py NPUModelRunner.initialize_kv_cache_tensors, "
+        "initialize_kv_cache_tensors_deepseek_mla, initialize_kv_cache_tensors_deepseek_sfa (0.11)"
+    ),
+    remove_when=_REMOVE_WHEN,
+)
+
+#: The first vllm-ascend release with ``_allocate_kv_cache_tensors`` /
+#: ``_reshape_kv_cache_tensors`` and state-after-state Mamba views (0.12 was
+#: never checked; a wrong guess there fails at patch time and leaves stock).
+_SPLIT_INIT_FROM = "0.13.0"
+#: The first vllm-ascend release whose DeepSeek V3.2 layers carry an MLA spec
+#: with ``sparse_head_dim`` rather than the legacy FullAttentionSpec (0.14 -
+#: 0.17 were never checked).
+_SPARSE_SPEC_FROM = "0.18.0"
+#: Indexer key width vllm-ascend 0.11 and 0.13 hard-code for the legacy sparse
+#: form (used when the model config has no ``index_head_dim``).
+LEGACY_INDEX_HEAD_DIM = 128
+
+
+@cache
+def _installed() -> str | None:
+    return Installed.detect().vllm_ascend
+
+
+def _before(first: str, vllm_ascend: str | None) -> bool:
+    return release_before(vllm_ascend if vllm_ascend is not None else _installed(), first)
+
+
+def target(vllm_ascend: str | None = None) -> PatchTarget:
+    """The ``NPUModelRunner`` declaration of a vllm-ascend release (default:
+    the installed one): :data:`THREE_INITS` before 0.13, else
+    :data:`SPLIT_INIT`."""
+    return THREE_INITS if _before(_SPLIT_INIT_FROM, vllm_ascend) else SPLIT_INIT
+
+
+def mamba_states_interleaved(vllm_ascend: str | None = None) -> bool:
+    """How Mamba layers view their raw buffer, per vllm-ascend release.
+
+    True before 0.13 (0.11): block-major like upstream vLLM, state i of block
+    j at byte ``j * page + sum(bytes of states < i)`` (``page`` includes
+    ``page_size_padded``), so dim 0 of a state view has a stride of one page.
+    False from 0.13: state after state, each ``(num_blocks, *shape)``
+    contiguous from the byte where the previous state ends.
+    """
+    return _before(_SPLIT_INIT_FROM, vllm_ascend)
+
+
+def legacy_sparse_form(vllm_ascend: str | None = None) -> bool:
+    """Whether a release gives DeepSeek V3.2 (sparse MLA) layers the legacy
+    ``FullAttentionSpec`` of twice the MLA page (before 0.18: 0.11, 0.13)."""
+    return _before(_SPARSE_SPEC_FROM, vllm_ascend)
+
+
+def kernel_block_size(backend: Any) -> int | None:
+    """Tokens per kernel block of an Ascend attention backend (runners with
+    several KV cache groups split each block into kernel blocks), or None.
+
+    vllm-ascend up to 0.13 names it ``get_supported_block_size()`` (0.13's
+    ``get_supported_kernel_block_sizes`` is vLLM's ``[MultipleOf(1)]``
+    default, which its runner ignores); from 0.18 it is
+    ``get_supported_kernel_block_sizes()``. Sizes that are not plain ints
+    (vLLM's ``MultipleOf``) count as None.
+    """
+    for name in ("get_supported_block_size", "get_supported_kernel_block_sizes"):
+        get = getattr(backend, name, None)
+        if get is not None:
+            sizes = get()
+            size = sizes[0] if sizes else None
+            return size if isinstance(size, int) and not isinstance(size, bool) else None
+    return None
+
+
+def format_converter(runner: Any) -> Any:
+    """The runner's cast of attention cache views to the SoC's ACL format, or
+    None: vllm-ascend 0.11 passes every K/V (nope/rope/indexer) view through
+    ``NPUModelRunner._convert_torch_format`` (``torch_npu.npu_format_cast``
+    to ND, or NZ on 310P); later releases define no such method."""
+    return getattr(runner, "_convert_torch_format", None)
+
+
+def fa_quant_enabled(vllm_config: Any) -> bool:
+    """vllm-ascend's ``enable_fa_quant(vllm_config)`` (FA-quantised attention
+    KV caches): in ``vllm_ascend.quantization.utils`` from 0.18; False where a
+    release has none (0.11, 0.13)."""
+    try:
+        from vllm_ascend.quantization.utils import enable_fa_quant
+    except ImportError:
+        return False
+    return bool(enable_fa_quant(vllm_config))
+
+
+def stock_only_reason(runner: Any) -> str | None:
+    """Runner features whose KV cache layouts no strategy builds yet (their
+    layout is a different family), or None."""
+    if getattr(runner, "use_compress", False):
+        return "compressed KV cache (use_compress)"
+    if getattr(runner, "enable_hamming_sparse", False):
+        return "hamming sparse attention"
+    hf = getattr(getattr(runner, "model_config", None), "hf_text_config", None)
+    if getattr(hf, "model_type", None) == "deepseek_v4":
+        return "DeepSeek V4 KV cache"
+    vllm_config = getattr(runner, "vllm_config", None)
+    quant = getattr(vllm_config, "quant_config", None)
+    if quant is not None and hasattr(quant, "get_kv_quant_split_factor") and fa_quant_enabled(vllm_config):
+        return "quantised attention KV cache (FA quant)"
+    if (getattr(vllm_config, "additional_config", None) or {}).get("kv_cache_dtype") == "int8":
+        return "int8 KV cache in the BSH layout (additional_config kv_cache_dtype=int8)"
+    return None

@@ -1,0 +1,121 @@
+"""KV cache spec classes and fields per release, and the two forms of
+``KVCacheTensor`` (``size`` + ``shared_by`` up to vLLM 0.23; ``size`` +
+``layers`` / ``layer_stride`` / ``block_stride`` / ``offset`` over one backing
+allocation from 0.30). vLLM is imported inside functions only."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+from typing import Any
+
+
+@cache
+def _spec_module() -> Any:
+    import vllm.v1.kv_cache_interface as kvi
+
+    return kvi
+
+
+def vllm_spec_class(name: str) -> type | None:
+    """vLLM's own spec class ``name``, or None where the release lacks it.
+
+    vllm-ascend 0.18 rebinds ``vllm.v1.kv_cache_interface.MLAAttentionSpec``
+    to its subclass ``AscendMLAAttentionSpec``; the class vLLM itself defines
+    is found in that class's MRO."""
+    kvi = _spec_module()
+    cls = getattr(kvi, name, None)
+    if cls is None:
+        return None
+    return next((c for c in cls.__mro__ if c.__name__ == name and c.__module__ == kvi.__name__), cls)
+
+
+def spec_classes(*names: str) -> tuple[type, ...]:
+    """The classes a release defines under ``names``: vLLM's own, plus what
+    ``vllm.v1.kv_cache_interface`` binds the name to when a platform rebinds it
+    (vllm-ascend 0.18: ``MLAAttentionSpec`` -> ``AscendMLAAttentionSpec``)."""
+    kvi = _spec_module()
+    found: list[type] = []
+    for name in names:
+        for cls in (vllm_spec_class(name), getattr(kvi, name, None)):
+            if cls is not None and cls not in found:
+                found.append(cls)
+    return tuple(found)
+
+
+def ascend_spec_classes(*names: str) -> tuple[type, ...]:
+    """vllm-ascend's own spec classes ``names`` where the installed release
+    defines them (``vllm_ascend.core.kv_cache_interface``); none elsewhere."""
+    try:
+        import vllm_ascend.core.kv_cache_interface as akvi
+    except Exception:  # not installed, or a release without the module
+        return ()
+    return tuple(c for c in (getattr(akvi, n, None) for n in names) if isinstance(c, type))
+
+
+def uniform_type_specs_class() -> type | None:
+    return getattr(_spec_module(), "UniformTypeKVCacheSpecs", None)
+
+
+def layer_spec(group_spec: Any, layer_name: str) -> Any:
+    """The spec of one layer: unwraps ``UniformTypeKVCacheSpecs`` (0.11+)."""
+    wrapper = uniform_type_specs_class()
+    if wrapper is not None and isinstance(group_spec, wrapper):
+        return group_spec.kv_cache_specs[layer_name]
+    return group_spec
+
+
+def head_size_v(spec: Any) -> int:
+    """V head size (elements); releases before ``head_size_v`` use head_size."""
+    value = getattr(spec, "head_size_v", None)
+    return spec.head_size if value is None else value
+
+
+def unpadded_page_bytes(spec: Any) -> int:
+    """Bytes of one block's page without ``page_size_padded``."""
+    if getattr(spec, "page_size_padded", None) is None:
+        return spec.page_size_bytes
+    for attr in ("unpadded_page_size_bytes", "real_page_size_bytes"):  # 0.30+ and some 0.2x specs
+        value = getattr(spec, attr, None)
+        if isinstance(value, int):
+            return value
+    return dataclasses.replace(spec, page_size_padded=None).page_size_bytes
+
+
+def tensor_layers(tensor: Any) -> list[str]:
+    """Layer names served by a ``KVCacheTensor`` (``layers`` from 0.30,
+    ``shared_by`` before)."""
+    layers = getattr(tensor, "layers", None)
+    return list(layers if layers is not None else tensor.shared_by)
+
+
+def has_strided_tensors() -> bool:
+    """True from vLLM 0.30: tensors place layers by layer/block stride in one
+    backing allocation."""
+    kvi = _spec_module()
+    return "layer_stride" in getattr(kvi.KVCacheTensor, "__dataclass_fields__", {})
+
+
+def tensor_num_blocks(kv_cache_config: Any, tensor: Any) -> int:
+    """Blocks addressable through ``tensor`` (0.30+ strided tensors)."""
+    num_blocks_of = getattr(kv_cache_config, "num_blocks_of", None)
+    return num_blocks_of(tensor) if num_blocks_of else kv_cache_config.num_blocks
+
+
+def kv_cache_planner() -> tuple[Any, Any]:
+    """vLLM's two planning steps, ``(get_kv_cache_groups,
+    get_kv_cache_config_from_groups)``, from wherever the installed release
+    defines them: ``vllm.v1.core.kv_cache_planning`` (0.33) or
+    ``vllm.v1.core.kv_cache_utils`` (up to 0.32)."""
+    import importlib
+
+    for module in ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils"):
+        try:
+            planning = importlib.import_module(module)
+        except ImportError:
+            continue
+        groups = getattr(planning, "get_kv_cache_groups", None)
+        config = getattr(planning, "get_kv_cache_config_from_groups", None)
+        if groups is not None and config is not None:
+            return groups, config
+    raise ImportError("vLLM defines no get_kv_cache_groups / get_kv_cache_config_from_groups")

@@ -1,0 +1,250 @@
+"""The Ascend KV cache layout: raw buffers per ``KVCacheTensor`` and the typed
+views of each layer, decided and checked before anything is allocated.
+
+Per :class:`~vllm_kv_strategies.strategies.LayoutFamily` of the layers a
+tensor serves:
+
+* ``PER_PART`` (attention): one raw buffer per page part (K and V; nope and
+  rope; plus the indexer key cache), each viewed with num_blocks as dim 0,
+  because vllm-ascend's KV transfer engines register them one by one. Every
+  layer of the tensor aliases those buffers, each in its own shape and kernel
+  block size; what must match between them is the bytes per block of each
+  part, not the shape (the block pool gives a block to one KV cache group at a
+  time, so aliasing under the same block index is safe).
+* ``STATES`` (Mamba): one raw buffer of the tensor's size, states placed by
+  byte offset, state after state (0.13+) or block-interleaved (0.11).
+* ``PLAIN`` (hidden-state cache): one raw buffer viewed as one tensor.
+* attention and Mamba layers in one tensor (Qwen3.5 / Qwen3-Next, vllm-ascend
+  PR #6887): one buffer, Mamba states from byte 0 and the attention parts
+  packed at its end, when that is block-consistent; otherwise the attention
+  layers get buffers of their own and the Mamba layers still share one.
+
+Sizes are integer bytes; every error names the layer, its spec and the sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import KVCacheLayoutError, StockWouldCorruptError
+from ..logger import PREFIX, logger
+from ..plan import KVCachePlan, LayerPlan
+from ..strategies import LayoutFamily
+
+#: (byte offset of block 0, bytes between blocks, bytes per block) of a view.
+Region = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class TensorLayout:
+    """Raw buffers for (some of) the layers of one ``KVCacheTensor``.
+
+    Attributes:
+        tensor_id: index of the ``KVCacheTensor``.
+        layers: the layers that alias these buffers.
+        buffer_bytes: bytes of each raw buffer.
+        single: one buffer viewed as all parts (Mamba states, the hidden-state
+            cache, attention packed at its end), else one buffer per part.
+    """
+
+    tensor_id: int
+    layers: tuple[LayerPlan, ...]
+    buffer_bytes: tuple[int, ...]
+    single: bool
+
+
+def part_regions(lp: LayerPlan, num_blocks: int, nbytes: int, interleaved: bool) -> list[Region]:
+    """Where each part of ``lp`` lies in one raw buffer of ``nbytes`` bytes
+    viewed as ``num_blocks`` blocks (the single-buffer layout): attention parts
+    packed at the end, Mamba states from byte 0 (state after state, or
+    block-interleaved with a one-page stride), a plain part from byte 0."""
+    regions = []
+    if lp.family is LayoutFamily.PER_PART:
+        offset = nbytes - num_blocks * lp.page_bytes
+        for p in lp.parts:
+            regions.append((offset, p.nbytes, p.nbytes))
+            offset += num_blocks * p.nbytes
+        return regions
+    offset = 0
+    for p in lp.parts:
+        regions.append((offset, lp.padded_page_bytes if interleaved else p.nbytes, p.nbytes))
+        offset += p.nbytes if interleaved else num_blocks * p.nbytes
+    return regions
+
+
+def crosses_blocks(a: Region, b: Region, num_blocks: int) -> bool:
+    """Whether block j of ``a`` shares a byte with block k != j of ``b``: two
+    layers of one tensor may alias bytes only under the same block index.
+    Regions with different strides whose extents meet count as crossing."""
+    (oa, sa, ba), (ob, sb, bb) = a, b
+    last = num_blocks - 1
+    if oa + last * sa + ba <= ob or ob + last * sb + bb <= oa:
+        return False
+    if sa != sb:
+        return True
+    # a_j meets b_k  <=>  ob - oa - ba < (j - k) * s < ob - oa + bb
+    lo = max(-last, (ob - oa - ba) // sa + 1)
+    hi = min(last, -((oa - ob - bb) // sa) - 1)
+    return lo <= hi and (lo, hi) != (0, 0)
+
+
+def shares_block_consistently(layers: tuple[LayerPlan, ...], num_blocks: int, nbytes: int, interleaved: bool) -> bool:
+    """Whether attention and Mamba layers can alias one buffer of ``nbytes``
+    (the single-buffer layout) without any byte mapping to different blocks."""
+    attn = [r for lp in layers if lp.family is LayoutFamily.PER_PART for r in part_regions(lp, num_blocks, nbytes, interleaved)]
+    states = [r for lp in layers if lp.family is not LayoutFamily.PER_PART for r in part_regions(lp, num_blocks, nbytes, interleaved)]
+    return not any(crosses_blocks(a, m, num_blocks) for a in attn for m in states)
+
+
+def check_kernel_blocks(lp: LayerPlan, kernel_block_size: int | None) -> None:
+    """A layer whose blocks the runner splits into kernel blocks needs a
+    kernel block size that divides its block size.
+
+    Raises:
+        KVCacheLayoutError: the kernel block size exceeds the block size (no
+            view fits it) or does not divide it.
+    """
+    if not kernel_block_size or lp.family is not LayoutFamily.PER_PART:
+        return
+    block = lp.spec.block_size
+    if kernel_block_size > block or block % kernel_block_size:
+        raise KVCacheLayoutError(
+            f"{lp.describe()}: block size {block} tokens cannot be viewed in the attention backend's "
+            f"{kernel_block_size}-token kernel blocks (it must be a multiple of {kernel_block_size})"
+        )
+
+
+def plan_layout(
+    plan: KVCachePlan,
+    interleaved: bool = False,
+    kernel_block_sizes: dict[str, int] | None = None,
+    stock_shares_buffers: bool = True,
+) -> tuple[list[TensorLayout], bool]:
+    """Decide every tensor's raw buffers before anything is allocated.
+
+    Args:
+        interleaved: Mamba states are viewed block by block
+            (:func:`vllm_kv_strategies.compat.ascend.mamba_states_interleaved`).
+        kernel_block_sizes: layer -> the kernel block size its views are split
+            into (runners with several KV cache groups).
+        stock_shares_buffers: the release's stock runner lets every layer of a
+            tensor alias the first layer's part buffers (0.13+), so parts of
+            different bytes per block would corrupt under stock.
+
+    Returns:
+        the layouts (a tensor whose attention layers cannot share its Mamba
+        buffer has two: Mamba single, attention per part), and whether
+        attention and Mamba layers share one buffer anywhere (vllm-ascend's
+        ``hybrid_with_attn_and_mamba``).
+
+    Raises:
+        KVCacheLayoutError: a tensor's size is not a whole number of pages of a
+            layer it serves, or gives fewer blocks than ``num_blocks``; a
+            kernel block size does not fit a layer's block size; attention
+            layers of one tensor differ in bytes per block of a part (as
+            :class:`StockWouldCorruptError` where stock would alias them).
+    """
+    kernel_block_sizes = kernel_block_sizes or {}
+    n = plan.kv_cache_config.num_blocks
+    by_tensor = {tid: tuple(plan.layers_of(tid)) for tid in range(len(plan.tensors))}
+    for tid, layers in by_tensor.items():
+        size = plan.tensors[tid].size
+        for lp in layers:
+            page = lp.padded_page_bytes
+            if size % page or size // page < n:
+                raise KVCacheLayoutError(
+                    f"{lp.describe()}: KV cache tensor {tid} of {size} bytes is not a whole number "
+                    f">= num_blocks {n} of its {page}-byte pages ({size / page:g})"
+                )
+            check_kernel_blocks(lp, kernel_block_sizes.get(lp.name))
+        attn = [lp for lp in layers if lp.family is LayoutFamily.PER_PART]
+        if len({tuple(p.nbytes for p in lp.parts) for lp in attn}) > 1:
+            error = StockWouldCorruptError if stock_shares_buffers else KVCacheLayoutError
+            consequence = (
+                "stock vllm-ascend would alias their buffers under different block indices and corrupt them"
+                if stock_shares_buffers
+                else "they cannot alias one set of buffers block by block"
+            )
+            raise error(
+                f"KV cache tensor {tid} is shared by attention layers whose parts differ in bytes per "
+                f"block; {consequence}: "
+                + "; ".join(f"{lp.describe()}: {[(p.name, p.nbytes) for p in lp.parts]}" for lp in attn)
+            )
+    mixed = {
+        tid
+        for tid, layers in by_tensor.items()
+        if {LayoutFamily.PER_PART, LayoutFamily.STATES} <= {lp.family for lp in layers}
+    }
+    shared = {t for t in mixed if shares_block_consistently(by_tensor[t], n, plan.tensors[t].size, interleaved)}
+    if mixed - shared:
+        logger.info(
+            "%s %d KV cache tensors hold attention and Mamba layers whose pages do not line up block by "
+            "block; their attention layers get K/V buffers of their own (the Mamba layers still share one)",
+            PREFIX,
+            len(mixed - shared),
+        )
+    hybrid = bool(shared)
+    layouts = []
+    for tid, layers in by_tensor.items():
+        if not layers:
+            continue
+        size = plan.tensors[tid].size
+        whole = tuple(lp for lp in layers if lp.family is not LayoutFamily.PER_PART)
+        attn = tuple(lp for lp in layers if lp.family is LayoutFamily.PER_PART)
+        if tid in shared or (hybrid and not whole):
+            layouts.append(TensorLayout(tid, layers, (size,), True))
+            continue
+        if whole:
+            layouts.append(TensorLayout(tid, whole, (size,), True))
+        if attn:
+            blocks = size // attn[0].padded_page_bytes
+            layouts.append(TensorLayout(tid, attn, tuple(blocks * p.nbytes for p in attn[0].parts), False))
+    return layouts, hybrid
+
+
+def _kernel_split(view: Any, block_size: int, kernel_block_size: int | None) -> Any:
+    if not kernel_block_size or kernel_block_size >= block_size or view.dim() < 2 or view.shape[1] != block_size:
+        return view
+    return view.reshape(view.shape[0] * (block_size // kernel_block_size), kernel_block_size, *view.shape[2:])
+
+
+def layer_views(
+    lp: LayerPlan, raw: Any, num_blocks: int, kernel_block_size: int | None, interleaved: bool = False
+) -> list[Any]:
+    """Typed views of one layer, ``(num_blocks, *part.shape)`` each (attention
+    parts split into kernel blocks where ``kernel_block_size`` is smaller than
+    the block).
+
+    ``raw`` is a tuple with one int8 buffer per part, or one int8 buffer
+    holding all parts where :func:`part_regions` puts them.
+
+    Raises:
+        KVCacheLayoutError: a part is not aligned to its dtype, or the buffers
+            hold fewer than ``num_blocks`` blocks.
+    """
+    parts = lp.parts
+    if isinstance(raw, tuple):
+        chunks = [buf.view(p.dtype).view(-1, *p.shape) for buf, p in zip(raw, parts)]
+        nbytes = sum(buf.numel() for buf in raw)
+    else:
+        nbytes = raw.numel()
+        chunks = []
+        for p, (offset, stride, _) in zip(parts, part_regions(lp, num_blocks, nbytes, interleaved)):
+            if offset % p.dtype.itemsize or stride % p.dtype.itemsize:
+                raise KVCacheLayoutError(f"{lp.describe()}: part {p.name} at byte {offset} is not {p.dtype}-aligned")
+            typed, step = raw.view(p.dtype), p.dtype.itemsize
+            inner = tuple(math.prod(p.shape[i + 1 :]) for i in range(len(p.shape)))
+            chunks.append(
+                typed.as_strided((num_blocks, *p.shape), (stride // step, *inner), typed.storage_offset() + offset // step)
+            )
+    # part buffers hold the parts only; one buffer holds whole (padded) pages
+    if nbytes // (lp.page_bytes if isinstance(raw, tuple) else lp.padded_page_bytes) < num_blocks:
+        raise KVCacheLayoutError(f"{lp.describe()}: {nbytes} bytes hold fewer than {num_blocks} blocks")
+    views = []
+    for view, p in zip(chunks, parts):
+        if p.kernel_blocks and lp.family is LayoutFamily.PER_PART:
+            view = _kernel_split(view, lp.spec.block_size, kernel_block_size)
+        views.append(view)
+    return views
