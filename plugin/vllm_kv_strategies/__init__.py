@@ -83,14 +83,14 @@ def register() -> None:
         # Patches apply when each runner's module is imported (in workers), and
         # each logs what it replaced then; here they are only armed.
         runners = " and ".join(t.runner for t in adapters.targets(installed.platform))
-        adapters.install(installed.platform)
-        _registered_platform = installed.platform
         if mode == "observe":
             announce(logging.INFO, "%s observing (KV_STRATEGIES=observe, %s): stock builds the KV cache of %s; "
                      "the plugin reports it", PREFIX, installed.describe(), runners)
         else:
             announce(logging.INFO, "%s enabled (KV_STRATEGIES=%s, %s): will build the KV cache of %s", PREFIX, mode,
                      installed.describe(), runners)
+        adapters.install(installed.platform)
+        _registered_platform = installed.platform
     except Exception as exc:  # vLLM does not catch errors raised by plugins
         announce(logging.WARNING, "%s not active, vLLM's stock KV cache is used: %r", PREFIX, exc)
 

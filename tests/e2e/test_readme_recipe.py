@@ -93,7 +93,7 @@ def test_run_step_serves_stock_and_plugin_and_compares(tmp_path):
 
     # Every process that loads the plugin says what it did, once: the API server (its line is
     # held until vLLM configures logging, then labelled MainProcess), the engine core, the worker.
-    for name, said in (("stock", "observing (KV_STRATEGIES=observe"), ("plugin", "active (KV_STRATEGIES=on")):
+    for name, said in (("stock", "observing (KV_STRATEGIES=observe"), ("plugin", "enabled (KV_STRATEGIES=on")):
         pids = Counter(re.search(r"pid=(\d+)\)", ln)[1] for ln in logs[name].splitlines() if f"kv_strategies: {said}" in ln)
         [api_server] = set(re.findall(r"\(APIServer pid=(\d+)\)", logs[name]))
         assert api_server in pids and len(pids) >= 3 and set(pids.values()) == {1}, (name, pids, api_server)

@@ -206,9 +206,10 @@ def reports(tmp_path_factory) -> dict[str, Path]:
     out = {}
     stock = report_mod.build_report(None, stock_kv, kv_cache_config=config, mode="observe", model="tiny-llama")
     plan = plan_kv_cache(config)
-    from vllm_kv_strategies.adapters.upstream import allocate_upstream
+    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
 
-    ours_kv = allocate_upstream(plan, torch.device("cpu"), vllm_config.cache_config.get_resolved_kv_cache_layout(), None)
+    stock_fn = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
+    ours_kv = UpstreamV1Adapter().initialize_kv_cache_tensors(stock_fn, make_runner(vllm_config, list(specs)), copy.deepcopy(config), None)
     plugin = report_mod.build_report(plan, ours_kv, mode="on", model="tiny-llama")
     for name, data in {"stock": stock, "plugin": plugin}.items():
         (root / name).mkdir()

@@ -1,7 +1,8 @@
 """The KV cache report: one summary line per worker, and an optional JSON file.
 
 * :mod:`.write`: measures the tensors a worker built (imports torch; used in
-  vLLM's workers): :func:`log_summary`, :func:`build_report`.
+  vLLM's workers): :func:`log_summary`, :func:`build_report`; :mod:`.specs`
+  describes the KV cache specs (kinds, fields).
 * :mod:`.schema`: file names, schema versions, validation against the shipped
   JSON Schema ``kv_cache_report.schema.json``; :mod:`.render`: the CLI's
   tables. Neither imports torch nor vLLM, so ``python -m vllm_kv_strategies

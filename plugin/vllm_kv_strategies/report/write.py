@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from datetime import datetime
 from typing import Any
 
 import torch
 
 from .. import compat
-from ..compat.specs import has_strided_tensors, layer_spec, tensor_layers
+from ..compat.specs import has_strided_tensors, tensor_layers
 from .._version import __version__
 from ..logger import PREFIX, logger
 from .schema import MARKER, SCHEMA_VERSION, file_name, iso, latest_name, utc_now
+from .specs import describe_groups, dtype_name, spec_kind
 from .summary import KVCacheSummary
 
 #: Data pointers are reported aligned to at most this (2 MiB, the KV transfer need).
@@ -52,74 +52,6 @@ def _extent(view: torch.Tensor) -> tuple[int, int]:
 
 def _alignment(ptr: int) -> int:
     return min(ptr & -ptr, MAX_REPORTED_ALIGNMENT) if ptr else MAX_REPORTED_ALIGNMENT
-
-
-def _dtype(value: Any) -> str | None:
-    return None if value is None else str(value).removeprefix("torch.")
-
-
-def spec_kind(spec: Any) -> str:
-    """The layer kind shown in the summary line: vLLM's
-    ``get_kv_cache_spec_kind`` (``vllm/v1/kv_cache_interface.py``, 0.23+),
-    e.g. ``full_attention``, ``sliding_window``, ``mla_attention``, ``mamba``;
-    ``/sliding_window`` or ``/chunked_local_attention`` appended for a full
-    attention spec that carries a window (sliding layers stored as full
-    attention); the class name in snake case where vLLM says ``unknown``."""
-    try:
-        from vllm.v1.kv_cache_interface import get_kv_cache_spec_kind
-
-        kind = get_kv_cache_spec_kind(spec).value
-    except (ImportError, AttributeError):
-        kind = "unknown"
-    if kind == "unknown":
-        kind = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", type(spec).__name__.removesuffix("Spec")).lower()
-    if kind in ("full_attention", "mla_attention", "sink_full_attention"):
-        if getattr(spec, "sliding_window", None) is not None:
-            kind += "/sliding_window"
-        elif getattr(spec, "attention_chunk_size", None) is not None:
-            kind += "/chunked_local_attention"
-    return kind
-
-
-def spec_fields(spec: Any, layers: list[str]) -> dict:
-    """The report's description of one KV cache spec (see the schema's ``spec``)."""
-    fields: dict[str, Any] = {
-        "type": type(spec).__name__,
-        "kind": spec_kind(spec),
-        "block_size": spec.block_size,
-        "page_size_bytes": spec.page_size_bytes,
-        "dtype": _dtype(getattr(spec, "dtype", None)),
-        "sliding_window": getattr(spec, "sliding_window", None),
-        "attention_chunk_size": getattr(spec, "attention_chunk_size", None),
-    }
-    for attr in ("num_kv_heads", "head_size"):
-        if isinstance(getattr(spec, attr, None), int):
-            fields[attr] = getattr(spec, attr)
-    if getattr(spec, "shapes", None) is not None and getattr(spec, "dtypes", None) is not None:  # Mamba states
-        fields["state_shapes"] = [list(s) for s in spec.shapes]
-        fields["state_dtypes"] = [_dtype(d) for d in spec.dtypes]
-    fields["layers"] = layers
-    return fields
-
-
-def _groups(kv_cache_config: Any) -> tuple[list[dict], dict[str, tuple[int, Any]]]:
-    """The config's groups with their distinct layer specs
-    (``UniformTypeKVCacheSpecs`` unwrapped), and layer -> (group, spec)."""
-    groups, layer_specs = [], {}
-    for gid, group in enumerate(kv_cache_config.kv_cache_groups):
-        by_spec: dict[Any, tuple[Any, list[str]]] = {}
-        for name in group.layer_names:
-            spec = layer_spec(group.kv_cache_spec, name)
-            layer_specs[name] = (gid, spec)
-            try:
-                hash(spec)
-                key = spec
-            except TypeError:  # a spec with an unhashable field: grouped by identity
-                key = id(spec)
-            by_spec.setdefault(key, (spec, []))[1].append(name)
-        groups.append({"id": gid, "layers": list(group.layer_names),
-                       "specs": [spec_fields(spec, names) for spec, names in by_spec.values()]})
-    return groups, layer_specs
 
 
 def _distributed() -> tuple[int, int]:
@@ -169,7 +101,7 @@ def build_report(
     rank = dist_rank if rank is None else rank
     world_size = dist_world if world_size is None else world_size
     mode = envs.KV_STRATEGIES if mode is None else mode
-    groups, layer_specs = _groups(config)
+    groups, layer_specs = describe_groups(config)
     storages: dict[int, dict] = {}
     layers: dict[str, dict] = {}
     for name, value in kv_caches.items():
@@ -188,7 +120,7 @@ def build_report(
                 {
                     "shape": list(view.shape),
                     "stride": list(view.stride()),
-                    "dtype": _dtype(view.dtype),
+                    "dtype": dtype_name(view.dtype),
                     "bytes": end - start,
                     "buffer": buf["id"],
                     "offset": start,
@@ -207,7 +139,7 @@ def build_report(
             "kind": spec_kind(spec) if spec is not None else None,
             "strategy": strategy,
             "page_parts": [
-                {"name": p.name, "shape": list(p.shape), "dtype": _dtype(p.dtype), "bytes_per_block": p.nbytes}
+                {"name": p.name, "shape": list(p.shape), "dtype": dtype_name(p.dtype), "bytes_per_block": p.nbytes}
                 for p in (lp.parts if lp else ())
             ],
             "views": views,
