@@ -105,7 +105,35 @@ def _check_vllm_command() -> None:
         )
 
 
-def _doctor(_: argparse.Namespace) -> int:
+def _runner_choice(engine_args: list[str]) -> tuple[compat.PatchTarget, str]:
+    """The upstream runner vLLM would build (V1 or V2), and why. With vLLM
+    engine options it is vLLM's own ``VllmConfig.use_v2_model_runner`` for
+    them (``vllm/config/vllm.py``); without, what the environment decides
+    (``VLLM_USE_V2_MODEL_RUNNER``, whether Triton has a backend here)."""
+    import os
+
+    from .compat import upstream as facts
+
+    engine_args = engine_args[1:] if engine_args[:1] == ["--"] else engine_args
+    if engine_args:
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        parsed = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="doctor --")).parse_args(engine_args)
+        use_v2 = EngineArgs.from_cli_args(parsed).create_engine_config().use_v2_model_runner
+        return (facts.V2 if use_v2 else facts.V1), "vLLM's choice for the engine options given"
+    flag = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    if flag is not None:
+        use_v2 = flag.strip().lower() not in ("0", "false", "")
+        return (facts.V2 if use_v2 else facts.V1), f"VLLM_USE_V2_MODEL_RUNNER={flag}"
+    from vllm.triton_utils import HAS_TRITON
+
+    if not HAS_TRITON:
+        return facts.V1, "Model Runner V2 needs Triton, which has no backend here"
+    return facts.V2, "vLLM's default where Triton works (a model feature V2 lacks selects V1; pass engine options after -- to check)"
+
+
+def _doctor(args: argparse.Namespace) -> int:
     """Exit 0 when vLLM would run with the plugin active in this environment:
     valid switches, entry point visible, KV_STRATEGIES not off, release
     supported (or forced with ``on``) and every patch target present on the
@@ -129,7 +157,12 @@ def _doctor(_: argparse.Namespace) -> int:
         return 1
     _check_vllm_command()
     print(f"platform: {installed.platform}; in support matrix: {'yes' if installed.supported else 'no'} ({compat.supported_releases()})")
-    targets_ok = all([_check_patch_target(t) for t in adapters.targets(installed.platform)])
+    checked = {t.name: _check_patch_target(t) for t in adapters.targets(installed.platform)}
+    targets_ok = all(checked.values())
+    if installed.platform == "upstream":
+        chosen, why = _runner_choice(args.engine_args)
+        covered = "yes" if checked.get(chosen.name) else "NO: its patch target is missing, the plugin would do nothing there"
+        print(f"runner: vLLM would build the KV cache with {chosen.runner} ({why}); covered by the plugin: {covered}")
     eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "kv_strategies"]
     allowed = os.environ.get("VLLM_PLUGINS")
     visible = bool(eps) and (allowed is None or "kv_strategies" in allowed.split(","))
@@ -200,13 +233,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(fn=_matrix)
     doctor_help = "check the installation; exit 0 when the plugin would be active"
-    sub.add_parser(
+    p = sub.add_parser(
         "doctor",
         help=doctor_help,
         description=f"{doctor_help}. Prints the installed vLLM, vllm-ascend, torch and torch_npu versions, "
         "whether they are in the support matrix, the runner methods the plugin replaces and whether the "
-        "installed class has them, whether vLLM loads the entry point, and what KV_STRATEGIES would do.",
-    ).set_defaults(fn=_doctor)
+        "installed class has them, which model runner (V1 or V2) vLLM would build the KV cache with and "
+        "whether the plugin covers it, whether vLLM loads the entry point, and what KV_STRATEGIES would do. "
+        "vLLM engine options after -- (e.g. -- --model ./tiny-llama --enforce-eager) make the runner choice "
+        "vLLM's own for those options.",
+    )
+    p.add_argument("engine_args", nargs=argparse.REMAINDER, help="-- then vLLM engine options (optional)")
+    p.set_defaults(fn=_doctor)
     p = sub.add_parser(
         "report",
         help="render a KV cache report (written with KV_STRATEGIES_REPORT=DIR), compare two, or sum up a directory",

@@ -192,3 +192,45 @@ def test_strategies_says_before_importing_vllm(capsys):
     captured = capsys.readouterr()
     assert captured.err.splitlines()[0] == "strategies: importing vLLM's KV cache spec classes (10-30 s on a CPU) ..."
     assert captured.out.splitlines()[0].startswith("full_attention")
+
+
+# ---------------------------------------------------------------------------
+# Which runner vLLM builds the KV cache with (V1 or V2), and whether the plugin covers it
+# ---------------------------------------------------------------------------
+
+
+def runner_line(out: str) -> str:
+    [line] = [x for x in out.splitlines() if x.startswith("runner: ")]
+    return line
+
+
+@pytest.mark.parametrize(("flag", "runner"), [("0", "GPUModelRunner (V1)"), ("1", "GPUModelRunner (V2)")])
+def test_doctor_names_the_runner_the_switch_selects(monkeypatch, capsys, flag, runner):
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", flag)
+    rc, out = doctor(capsys)
+    assert rc == 0
+    assert runner_line(out) == (
+        f"runner: vLLM would build the KV cache with {runner} (VLLM_USE_V2_MODEL_RUNNER={flag}); covered by the plugin: yes"
+    )
+
+
+def test_doctor_without_a_triton_backend_says_v1(monkeypatch, capsys):
+    import vllm.triton_utils
+
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    monkeypatch.setattr(vllm.triton_utils, "HAS_TRITON", False)
+    rc, out = doctor(capsys)
+    assert "with GPUModelRunner (V1) (Model Runner V2 needs Triton" in runner_line(out)
+    monkeypatch.setattr(vllm.triton_utils, "HAS_TRITON", True)
+    rc, out = doctor(capsys)
+    assert "with GPUModelRunner (V2) (vLLM's default where Triton works" in runner_line(out)
+
+
+def test_doctor_says_when_the_chosen_runner_is_not_covered(monkeypatch, capsys):
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    v2 = dataclasses.replace(upstream.V2, attributes=("init_kv_cache_renamed",))
+    monkeypatch.setattr(upstream, "TARGETS", (upstream.V1, v2))
+    monkeypatch.setattr(upstream, "V2", v2)
+    rc, out = doctor(capsys)
+    assert rc == 1
+    assert runner_line(out).endswith("covered by the plugin: NO: its patch target is missing, the plugin would do nothing there")
