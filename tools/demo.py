@@ -3,7 +3,7 @@
     python tools/demo.py [--model-kind llama|qwen3_next|deepseek_v2] [--model-dir DIR]
                          [--allow-no-plugin] [--keep-model] [--verbose] [-- EXTRA_SERVE_ARGS...]
 
-Steps (every wait is bounded):
+Steps (every wait is bounded; each long one first prints what it does and how long it takes):
   1. build a tiny model with tools/tiny_models.py into a temp dir (unless --model-dir);
   2. start ``vllm serve`` through tools/vllm_cpu_serve.py on 127.0.0.1 and a free port;
   3. wait for ``GET /health`` == 200;
@@ -91,9 +91,17 @@ class Server:
             if self.verbose:
                 print(f"[server] {line}", flush=True)
 
-    def wait_ready(self, base: str, timeout: float) -> float:
+    def wait_ready(self, base: str, timeout: float, every: float = 15.0) -> float:
+        """Seconds until ``GET /health`` answers 200; a progress line every
+        ``every`` seconds (with the server's last log line) unless verbose."""
         t0 = time.perf_counter()
+        next_note = t0 + every
         while time.perf_counter() - t0 < timeout:
+            if not self.verbose and time.perf_counter() >= next_note:
+                next_note += every
+                # the message of vLLM's last line, without its "(Process pid=…) LEVEL time [file:line]" prefix
+                last = self.lines[-1].split("] ", 1)[-1][:100] if self.lines else "(no output yet)"
+                print(f"  ... still starting ({time.perf_counter() - t0:.0f} s); last server line: {last}", flush=True)
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited early with rc={self.proc.returncode}")
             try:
@@ -142,7 +150,8 @@ def main(argv=None) -> int:
     ap.add_argument("--stop-timeout", type=float, default=60.0)
     ap.add_argument("--allow-no-plugin", action="store_true",
                     help=f"exit 0 even if no '{PLUGIN_TAG}' log line appears")
-    ap.add_argument("--verbose", action="store_true", help="echo the server log")
+    ap.add_argument("--verbose", action="store_true",
+                    help="echo the server's whole log as it comes, prefixed [server] (default: only its kv_strategies: lines)")
     ap.add_argument("serve_args", nargs=argparse.REMAINDER,
                     help="extra `vllm serve` arguments after `--`")
     args = ap.parse_args(argv)
@@ -156,6 +165,7 @@ def main(argv=None) -> int:
         import tiny_models
 
         tmp_model = tempfile.mkdtemp(prefix=f"tiny-{args.model_kind}-")
+        print(f"building a tiny {args.model_kind} model (random weights, tokenizer trained here; about 5-30 s) ...", flush=True)
         t = time.perf_counter()
         tiny_models.build(args.model_kind, tmp_model)
         print(f"built tiny {args.model_kind} model in {tmp_model} "
@@ -174,6 +184,7 @@ def main(argv=None) -> int:
         *extra,
     ]
     print("starting:", " ".join(cmd), flush=True)
+    print("waiting for the server to answer GET /health (about 30-120 s on 2 cores; --verbose shows its log) ...", flush=True)
     env = default_env()
     own_report_dir = not env.get("KV_STRATEGIES_REPORT")  # the user's directory is kept
     if own_report_dir:
@@ -199,6 +210,7 @@ def main(argv=None) -> int:
             "ignore_eos": True,
             "return_token_ids": True,
         }
+        print(f"sending one completion request ({args.max_tokens} tokens) ...", flush=True)
         t = time.perf_counter()
         try:
             status, text = http("POST", base + "/v1/completions", body, timeout=args.request_timeout)
@@ -227,12 +239,13 @@ def main(argv=None) -> int:
                   "plugin did not load or did not report (is it installed? KV_STRATEGIES?)")
             rc = 1
     finally:
+        print("stopping the server (SIGINT; a few seconds) ...", flush=True)
         stop_s, server_rc = server.stop(args.stop_timeout)
         print(f"server stopped in {stop_s:.1f} s (rc={server_rc}); "
               f"total {time.perf_counter() - t_start:.1f} s", flush=True)
         if tmp_model and not args.keep_model:
             shutil.rmtree(tmp_model, ignore_errors=True)
-    report = Path(env["KV_STRATEGIES_REPORT"]) / "kv_cache_report.rank0.json"
+    report = Path(env["KV_STRATEGIES_REPORT"]) / "kv_cache_report.latest.rank0.json"
     if report.exists():  # the worker's JSON report, as `python -m vllm_kv_strategies report` shows it
         print(f"KV cache report {report}:")
         subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "report", str(report)], check=False)

@@ -14,4 +14,13 @@ for a in "$@"; do
     exit 0
   fi
 done
+# Progress: the two first-run steps print nothing of their own for minutes.
+if [[ ! -f $ROOT/.venv/nox/.ready ]]; then
+  echo "demo: first run: installing nox into .venv/nox (about 1-2 minutes, once) ..."
+fi
+if [[ ! -x $ROOT/.nox/demo/bin/python ]]; then
+  echo "demo: first run: nox builds .nox/demo, vLLM's CPU build with torch from requirements/upstream-0.32.0.txt (about 2-3 minutes and 3.3 GiB, once) ..."
+else
+  echo "demo: nox syncs .nox/demo with its pins and reinstalls this checkout (about 30-60 s) ..."
+fi
 exec "$ROOT/tools/nox.sh" -s demo -- "$@"

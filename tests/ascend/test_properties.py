@@ -48,7 +48,8 @@ as such by the random runs (``known_bug``) instead of failing them.
 Reproducible: ``derandomize=True`` and no example database. The number of examples run per
 test and what they covered is written to the terminal at the end of the module.
 
-Run: ``cd /work/main && /work/venvs/a023/bin/python -m pytest tests/ascend/test_properties.py -q -p no:cacheprovider``
+Run, in an Ascend cell's environment (built by ``tools/nox.sh -s ascend-0.23.0``):
+``.nox/ascend-0-23-0/bin/python -m pytest tests/ascend/test_properties.py -q -p no:cacheprovider``
 """
 
 from __future__ import annotations

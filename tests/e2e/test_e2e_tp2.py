@@ -50,8 +50,16 @@ def test_two_workers_each_build_log_and_report_once(tmp_path):
     for rank in (0, 1):
         lines = [ln for ln in on_log.splitlines() if f"kv_strategies: rank {rank}: built 4 layers" in ln]
         assert len(lines) == 1, f"rank {rank}: {lines}"
-        report = json.loads((reports / f"kv_cache_report.rank{rank}.json").read_text())
-        assert report["totals"]["rank"] == rank
+        report = json.loads((reports / f"kv_cache_report.latest.rank{rank}.json").read_text())
+        assert report["totals"]["rank"] == rank and report["world_size"] == 2
         assert report["totals"]["layers_per_strategy"] == {"full_attention": 4}
+    # One report for the deployment: both ranks, their totals, one layout.
+    summed = subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "report", str(reports)],
+                            capture_output=True, text=True, timeout=120)
+    assert summed.returncode == 0, summed.stdout + summed.stderr
+    lines = summed.stdout.splitlines()
+    assert lines[0] == f"KV cache reports in {reports}: 2 reports, 2 ranks (each rank's newest report), world size 2"
+    assert [ln.split()[:3] for ln in lines[2:4]] == [["0", "plugin", "on"], ["1", "plugin", "on"]]
+    assert lines[4].startswith("deployment (2 ranks): ") and lines[5] == "layouts: the same on every rank"
     d = compare(json.loads((tmp_path / "off.json").read_text()), json.loads((tmp_path / "on.json").read_text()))
     assert d.identical, d

@@ -34,7 +34,8 @@ def _reset_plugin() -> None:
 @pytest.fixture(autouse=True)
 def stock_plugin_state(monkeypatch: pytest.MonkeyPatch):
     """Stock plugin state and no plugin environment variable, before and after."""
-    for name in ("KV_STRATEGIES", "KV_STRATEGIES_TEST_FAULT"):
+    # register() sets KV_STRATEGIES_RUN_ID when unset; monkeypatch removes it again after the test.
+    for name in ("KV_STRATEGIES", "KV_STRATEGIES_TEST_FAULT", "KV_STRATEGIES_REPORT", "KV_STRATEGIES_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
     _reset_plugin()
     yield

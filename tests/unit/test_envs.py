@@ -13,8 +13,9 @@ from vllm_kv_strategies import envs
 
 #: name -> (default when unset, every valid value)
 EXPECTED = {
-    "KV_STRATEGIES": ("auto", ("auto", "on", "off")),
+    "KV_STRATEGIES": ("auto", ("auto", "on", "off", "observe")),
     "KV_STRATEGIES_REPORT": ("", ("", "/tmp/kv-reports")),
+    "KV_STRATEGIES_RUN_ID": ("", ("", "deployment-7")),
     "KV_STRATEGIES_TEST_FAULT": ("", ("", "share_group_cache")),
 }
 
@@ -47,6 +48,7 @@ def test_each_valid_value_is_read(name, value, monkeypatch):
     [
         ("KV_STRATEGIES", "ON", "on"),
         ("KV_STRATEGIES", "Off", "off"),
+        ("KV_STRATEGIES", "OBSERVE", "observe"),
         ("KV_STRATEGIES", " AUTO \n", "auto"),
         ("KV_STRATEGIES_TEST_FAULT", "Share_Group_Cache", "share_group_cache"),
     ],

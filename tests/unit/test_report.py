@@ -1,51 +1,106 @@
-"""The KV cache report: summary line, JSON file per rank, CLI render/compare."""
+"""The KV cache report: summary line, JSON file per rank (schema 2, validated
+with jsonschema against the shipped schema), and the CLI on real report files
+written by the real writer from real CPU tensors built by vLLM's stock method
+and by the plugin on configs from vLLM's own planner."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import re
 import subprocess
 import sys
+from pathlib import Path
 
+import jsonschema
 import pytest
 import torch
-from test_upstream_adapter import dense, run_both
+from test_upstream_adapter import BF16, dense, make_config, make_runner, run_both
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, MambaSpec, SlidingWindowSpec
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-from vllm.v1.kv_cache_interface import MambaSpec, FullAttentionSpec  # noqa: E402
-
+from vllm_kv_strategies import patching
 from vllm_kv_strategies import report as report_mod
 from vllm_kv_strategies.plan import plan_kv_cache
+from vllm_kv_strategies.report import render, schema, write
+
+STAMPED = re.compile(r"^kv_cache_report\.\d{8}T\d{6}Z\.\d+(-\d+)?\.rank(\d+)\.json$")
 
 
-def test_json_report_written_per_rank_with_exact_totals(monkeypatch, tmp_path, kv_log):
+def validate(data: dict) -> None:
+    jsonschema.Draft202012Validator.check_schema(schema.schema())
+    jsonschema.validate(data, schema.schema(), cls=jsonschema.Draft202012Validator)
+
+
+def stamped(directory: Path, rank: int = 0) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if (m := STAMPED.match(p.name)) and int(m[2]) == rank)
+
+
+def stock_caches(specs: dict):
+    """vLLM's stock ``initialize_kv_cache_tensors`` on a planner-made config: (config, kv_caches)."""
+    vllm_config, config = make_config(specs, "LBHNC", 1 << 22)
+    stock = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
+    return config, stock(make_runner(vllm_config, list(specs)), copy.deepcopy(config), None)
+
+
+def test_json_report_written_with_exact_totals_and_specs(monkeypatch, tmp_path, kv_log):
     monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
+    monkeypatch.setenv("KV_STRATEGIES_RUN_ID", "run-a")
     config, _, (_, kv) = run_both(dense(n=3))
-    path = tmp_path / "kv_cache_report.rank0.json"
+    [path] = stamped(tmp_path)
     data = json.loads(path.read_text())
-    assert data["schema_version"] == report_mod.SCHEMA_VERSION
+    validate(data)
+    assert json.loads((tmp_path / "kv_cache_report.latest.rank0.json").read_text()) == data
+    assert data["schema_version"] == report_mod.SCHEMA_VERSION == 2
+    assert (data["mode"], data["built_by"], data["run_id"], data["world_size"]) == ("auto", "plugin", "run-a", 1)
+    assert data["versions"]["vllm"] == report_mod.write.compat.Installed.detect().vllm
+    assert data["versions"]["torch"] == torch.__version__
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", data["created"])
     t = data["totals"]
     size = config.kv_cache_tensors[0].size
     assert (t["raw_buffers"], t["bytes_allocated"], t["bytes_required"]) == (1, size, size)
     assert (t["alignment_padding"], t["duplicated_bytes"]) == (0, 0)
     assert t["num_blocks"] == config.num_blocks and t["tokens"] == config.num_blocks * 16
     assert t["layers_per_strategy"] == {"full_attention": 3}
+    assert t["layers_per_kind"] == {"full_attention": 3}
+    [group] = data["kv_cache"]["groups"]
+    assert group["specs"] == [{
+        "type": "FullAttentionSpec", "kind": "full_attention", "block_size": 16, "page_size_bytes": 16 * 2 * 128 * 2,
+        "dtype": "bfloat16", "sliding_window": None, "attention_chunk_size": None, "num_kv_heads": 2, "head_size": 64,
+        "layers": sorted(kv),
+    }]
+    assert data["kv_cache"]["tensors"] == [{"size": size, "layers": sorted(kv)}]
     layer = data["layers"]["model.layers.1.self_attn.attn"]
-    assert layer["strategy"] == "full_attention" and layer["spec_type"] == "FullAttentionSpec"
+    assert (layer["strategy"], layer["spec_type"], layer["kind"], layer["group"]) == ("full_attention", "FullAttentionSpec", "full_attention", 0)
     assert [p["name"] for p in layer["page_parts"]] == ["k", "v"]
     assert layer["page_parts"][0]["bytes_per_block"] == 16 * 2 * 64 * 2
     [view] = layer["views"]
     assert view["shape"] == [config.num_blocks, 2, 16, 128] and view["dtype"] == "bfloat16"
     assert layer["aliases"] == []  # one backing buffer, but each layer owns its bytes
     assert data["buffers"] == [{"id": 0, "bytes": size, "layers": sorted(kv)}]
-    summary_lines = [m for m in kv_log.at(logging.INFO) if m.startswith("kv_strategies: rank 0: built 3 layers")]
-    assert len(summary_lines) == 1
-    assert f"{size} bytes allocated" in summary_lines[0] and "duplicated 0" in summary_lines[0]
+    summary_lines = [m for m in kv_log.at(logging.INFO) if m.startswith("kv_strategies: rank 0: built")]
+    assert summary_lines == [
+        f"kv_strategies: rank 0: built 3 layers (full_attention=3) in 1 raw buffer; {size} bytes allocated "
+        f"({size / 2**30:.3f} GiB; required {size}, alignment padding 0, duplicated 0); "
+        f"num_blocks {config.num_blocks}, {config.num_blocks * 16} tokens"
+    ]
+    assert f"kv_strategies: rank 0: report written to {path}" in kv_log.at(logging.INFO)
+
+
+def test_a_second_run_does_not_overwrite_the_first(monkeypatch, tmp_path):
+    monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
+    run_both(dense(n=2))
+    run_both(dense(n=3))  # same process, most likely the same second: "-2" after the pid
+    first, second = sorted(stamped(tmp_path), key=lambda p: json.loads(p.read_text())["created"])
+    assert json.loads(first.read_text())["totals"]["layers_per_strategy"] == {"full_attention": 2}
+    assert json.loads(second.read_text())["totals"]["layers_per_strategy"] == {"full_attention": 3}
+    assert json.loads((tmp_path / "kv_cache_report.latest.rank0.json").read_text()) == json.loads(second.read_text())
+    assert sorted(p.name for p in tmp_path.iterdir() if not STAMPED.match(p.name)) == ["kv_cache_report.latest.rank0.json"]
 
 
 def test_padding_and_duplicates_are_measured_from_the_tensors():
     spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)  # 4096 B/block
-    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
-
     names = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
     config = KVCacheConfig(
         num_blocks=4,
@@ -60,39 +115,300 @@ def test_padding_and_duplicates_are_measured_from_the_tensors():
     assert (t["alignment_padding"], t["duplicated_bytes"]) == (2048, 16384)
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "vllm_kv_strategies", *args], capture_output=True, text=True, timeout=120)
+def test_observe_reports_stock_without_a_plan(monkeypatch, tmp_path, kv_log):
+    """What the adapters call in KV_STRATEGIES=observe: stock built, no plan."""
+    monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
+    config, kv = stock_caches(dense(n=4))
+    summary = report_mod.log_summary(None, kv, kv_cache_config=config, mode="observe", model="tiny", runner="GPUModelRunner (V1)")
+    size = config.kv_cache_tensors[0].size
+    assert kv_log.at(logging.INFO)[0] == summary.line("stock")
+    assert summary.line("stock").startswith("kv_strategies: rank 0: stock built 4 layers (full_attention=4) in 1 raw buffer; ")
+    data = json.loads((tmp_path / "kv_cache_report.latest.rank0.json").read_text())
+    validate(data)
+    assert (data["built_by"], data["mode"], data["model"], data["runner"]) == ("stock", "observe", "tiny", "GPUModelRunner (V1)")
+    assert data["totals"]["layers_per_strategy"] == {}
+    assert data["totals"]["layers_per_kind"] == {"full_attention": 4}
+    assert (data["totals"]["bytes_allocated"], data["totals"]["bytes_required"]) == (size, size)
+    for entry in data["layers"].values():
+        assert (entry["strategy"], entry["page_parts"], entry["kind"], entry["group"]) == (None, [], "full_attention", 0)
 
 
-def test_cli_renders_and_compares(tmp_path, monkeypatch):
-    monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path / "a"))
-    run_both(dense(n=2))
-    monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path / "b"))
-    run_both(dense(n=4))
-    a, b = tmp_path / "a/kv_cache_report.rank0.json", tmp_path / "b/kv_cache_report.rank0.json"
-    shown = run_cli("report", str(a))
-    assert shown.returncode == 0, shown.stderr
-    assert "model.layers.1.self_attn.attn" in shown.stdout and "full_attention" in shown.stdout
-    diff = run_cli("report", str(a), str(b))
-    assert diff.returncode == 0, diff.stderr
-    ta, tb = (json.loads(p.read_text())["totals"] for p in (a, b))
-    row = next(line for line in diff.stdout.splitlines() if line.startswith("num_blocks"))
-    assert f"{tb['num_blocks'] - ta['num_blocks']:+,}" in row
-    assert run_cli("report", str(a), str(b), str(a)).returncode == 2
+def test_summary_and_report_name_sliding_window_layers(monkeypatch, tmp_path, kv_log):
+    full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
+    swa = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16, sliding_window=128)
+    specs = {f"model.layers.{i}.self_attn.attn": (swa if i % 3 else full) for i in range(6)}
+    monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
+    run_both(specs)
+    [line] = [m for m in kv_log.at(logging.INFO) if "built" in m]
+    assert "built 6 layers (full_attention=2, sliding_window=4; strategies full_attention=6)" in line
+    data = json.loads((tmp_path / "kv_cache_report.latest.rank0.json").read_text())
+    windows = {}
+    for spec in (s for g in data["kv_cache"]["groups"] for s in g["specs"]):
+        windows.setdefault((spec["kind"], spec["sliding_window"]), []).extend(spec["layers"])
+    assert {k: len(v) for k, v in windows.items()} == {("full_attention", None): 2, ("sliding_window", 128): 4}
+    # A sliding layer stored as full attention (vLLM without the hybrid allocator) is named too.
+    assert report_mod.spec_kind(FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16, sliding_window=512)) == "full_attention/sliding_window"
+
+
+def test_mamba_states_are_described(monkeypatch, tmp_path):
+    mamba = MambaSpec(block_size=16, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, torch.float32))
+    attn = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
+    specs = {f"model.layers.{i}.linear_attn": mamba for i in (0, 1, 2, 4, 5, 6)}
+    specs |= {f"model.layers.{i}.self_attn.attn": attn for i in (3, 7)}
+    config, kv = stock_caches(specs)
+    data = report_mod.build_report(None, kv, kv_cache_config=config, mode="observe")
+    validate(data)
+    assert data["totals"]["layers_per_kind"] == {"full_attention": 2, "mamba": 6}
+    mamba_specs = [s for g in data["kv_cache"]["groups"] for s in g["specs"] if s["kind"] == "mamba"]
+    assert {(s["dtype"], str(s["state_shapes"]), str(s["state_dtypes"])) for s in mamba_specs} == {
+        (None, "[[3, 256], [2, 64, 64]]", "['bfloat16', 'float32']")}
 
 
 def test_aliases_are_layers_sharing_bytes_across_groups(monkeypatch, tmp_path):
-    from test_upstream_adapter import BF16
-
     mamba = MambaSpec(block_size=16, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, torch.float32))
     attn = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
     specs = {f"model.layers.{i}.linear_attn": mamba for i in (0, 1, 2, 4, 5, 6)}
     specs |= {f"model.layers.{i}.self_attn.attn": attn for i in (3, 7)}
     monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
-    config, _, _ = run_both(specs)
-    data = json.loads((tmp_path / "kv_cache_report.rank0.json").read_text())
+    run_both(specs)
+    data = json.loads((tmp_path / "kv_cache_report.latest.rank0.json").read_text())
     # vLLM overlays the groups: the first layer of every group shares the same bytes.
     assert data["layers"]["model.layers.3.self_attn.attn"]["aliases"] == [
         "model.layers.0.linear_attn", "model.layers.1.linear_attn", "model.layers.2.linear_attn"]
     assert data["layers"]["model.layers.4.linear_attn"]["aliases"] == [
         "model.layers.5.linear_attn", "model.layers.6.linear_attn", "model.layers.7.self_attn.attn"]
+
+
+def test_a_failure_to_describe_is_logged_not_raised(kv_log):
+    assert report_mod.log_summary(None, {}, kv_cache_config=object(), mode="observe") is None
+    [warning] = kv_log.at(logging.WARNING)
+    assert warning.startswith("kv_strategies: could not describe the KV cache it observed: AttributeError(")
+
+
+# ---------------------------------------------------------------------------
+# The CLI, on files written above
+# ---------------------------------------------------------------------------
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "report", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict[str, Path]:
+    """Real reports: stock (observe) and plugin of one config, a 2-layer one, two ranks of a
+    deployment, and a schema 1 file as 0.1.0 wrote it."""
+    root = tmp_path_factory.mktemp("reports")
+    specs = dense(n=4)
+    config, stock_kv = stock_caches(specs)
+    vllm_config, _ = make_config(specs, "LBHNC", 1 << 22)
+    out = {}
+    stock = report_mod.build_report(None, stock_kv, kv_cache_config=config, mode="observe", model="tiny-llama")
+    plan = plan_kv_cache(config)
+    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
+
+    stock_fn = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
+    ours_kv = UpstreamV1Adapter().initialize_kv_cache_tensors(stock_fn, make_runner(vllm_config, list(specs)), copy.deepcopy(config), None)
+    plugin = report_mod.build_report(plan, ours_kv, mode="on", model="tiny-llama")
+    for name, data in {"stock": stock, "plugin": plugin}.items():
+        (root / name).mkdir()
+        out[name] = Path(report_mod.write_report(data, str(root / name)))
+    config2, kv2 = stock_caches(dense(n=2))
+    out["other_model"] = Path(report_mod.write_report(
+        report_mod.build_report(plan_kv_cache(config2), kv2, mode="on", model="other"), str(root / "other")))
+    # A deployment of two ranks, run "r1"; then a leftover of an earlier run in another directory.
+    deploy = root / "deploy"
+    for rank in (0, 1):
+        data = report_mod.build_report(plan, ours_kv, mode="on", rank=rank, world_size=2, model="tiny-llama")
+        report_mod.write_report({**data, "run_id": "r1"}, str(deploy))
+    out["deploy"] = deploy
+    v1 = {k: v for k, v in plugin.items() if k in ("layers", "buffers")}
+    v1 |= {"schema_version": 1, "plugin_version": "0.1.0", "vllm": "0.32.0", "vllm_ascend": None,
+           "totals": {k: v for k, v in plugin["totals"].items() if k != "layers_per_kind"}}
+    v1["layers"] = {n: {k: v for k, v in e.items() if k != "kind"} for n, e in v1["layers"].items()}
+    out["v1"] = root / "kv_cache_report.rank0.json"
+    out["v1"].write_text(json.dumps(v1))
+    return out
+
+
+def test_render_one_report(reports):
+    shown = run_cli(reports["plugin"])
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith(f"KV cache report (schema 2): {reports['plugin']}, built by the plugin (KV_STRATEGIES=on), model tiny-llama, vLLM ")
+    assert "  group 0: FullAttentionSpec (full_attention), block_size 16, bfloat16, 2 KV heads x 64, page 8,192 bytes: 4 layers" in lines
+    assert any(line.startswith("model.layers.1.self_attn.attn") and "full_attention" in line for line in lines)
+
+
+def test_compare_stock_with_plugin_labels_a_and_b(reports):
+    diff = run_cli(reports["stock"], reports["plugin"])
+    assert diff.returncode == 0, diff.stderr
+    lines = diff.stdout.splitlines()
+    assert lines[0].startswith(f"A: {reports['stock']}, built by stock vLLM (KV_STRATEGIES=observe), model tiny-llama")
+    assert lines[1].startswith(f"B: {reports['plugin']}, built by the plugin (KV_STRATEGIES=on), model tiny-llama")
+    stock, plugin = (json.loads(reports[k].read_text())["totals"] for k in ("stock", "plugin"))
+    row = next(line for line in lines if line.startswith("bytes_allocated"))
+    assert row.split() == ["bytes_allocated", f"{stock['bytes_allocated']:,}", f"{plugin['bytes_allocated']:,}", "+0", "1.000"]
+    assert "KV cache specs: equal (1 in 1 groups)" in lines
+    assert "per-layer views (shape, stride, dtype): equal on all 4 layers" in lines
+    assert "layers by strategy: A -; B full_attention=4" in lines
+
+
+def test_compare_shows_the_layers_whose_views_differ(reports):
+    diff = run_cli(reports["plugin"], reports["other_model"], "--allow-different-models")
+    assert diff.returncode == 0, diff.stderr
+    lines = diff.stdout.splitlines()
+    a, b = (json.loads(reports[k].read_text())["totals"] for k in ("plugin", "other_model"))
+    row = next(line for line in lines if line.startswith("num_blocks"))
+    assert f"{b['num_blocks'] - a['num_blocks']:+,}" in row
+    assert "KV cache specs differ:" in lines
+    assert "per-layer views (shape, stride, dtype) differ on 4 of 4 layers:" in lines
+    assert "    B: (no such layer)" in lines  # layers 2 and 3 exist in A only
+
+
+def test_compare_refuses_two_different_models(reports):
+    diff = run_cli(reports["plugin"], reports["other_model"])
+    assert (diff.returncode, diff.stdout) == (2, "")
+    assert diff.stderr == (
+        f"error: A ({reports['plugin']}) describes model 'tiny-llama' and B ({reports['other_model']}) model 'other': "
+        "refusing to compare two different models (--allow-different-models compares them anyway)\n")
+
+
+def test_a_directory_of_one_rank_stands_for_its_report(reports):
+    diff = run_cli(reports["stock"].parent, reports["plugin"].parent)
+    assert diff.returncode == 0, diff.stderr
+    assert diff.stdout.splitlines()[0].startswith(f"A: {reports['stock']}, ")  # the stamped file, not the latest copy
+
+
+def test_report_dir_sums_up_the_deployment(reports):
+    shown = run_cli(reports["deploy"])
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    t = json.loads(next(reports["deploy"].glob("kv_cache_report.latest.rank0.json")).read_text())["totals"]
+    assert lines[0] == f"KV cache reports in {reports['deploy']}: 2 reports, 2 ranks (each rank's newest report), world size 2"
+    rows = [line.split() for line in lines[2:4]]
+    assert [r[:9] for r in rows] == [[str(rank), "plugin", "on", "4", "1", f"{t['bytes_allocated']:,}", f"{t['bytes_required']:,}",
+                                      f"{t['num_blocks']:,}", f"{t['tokens']:,}"] for rank in (0, 1)]
+    assert lines[4] == (f"deployment (2 ranks): {2 * t['bytes_allocated']:,} bytes allocated ({2 * t['bytes_allocated'] / 2**30:.3f} GiB), "
+                        f"{2 * t['bytes_required']:,} required; tokens per rank {t['tokens']:,} on every rank")
+    assert lines[5] == "layouts: the same on every rank"
+    assert "flagged:" not in lines
+
+
+def test_report_dir_flags_missing_stock_and_leftover_ranks(reports, tmp_path):
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    rank0 = next(reports["deploy"].glob("kv_cache_report.2*.rank0.json"))
+    (deploy / rank0.name).write_text(rank0.read_text())
+    shown = run_cli(deploy)
+    assert shown.returncode == 1
+    assert shown.stdout.splitlines()[-2:] == ["flagged:", "  rank 1: no report in this directory (world size 2)"]
+    # Rank 1 left by an earlier observe run, with a 2-layer model's layout.
+    stock = json.loads(reports["other_model"].read_text())
+    leftover = {**stock, "totals": {**stock["totals"], "rank": 1}, "built_by": "stock", "mode": "observe",
+                "run_id": "r0", "world_size": 2, "model": "tiny-llama", "created": "2020-01-01T00:00:00.000000Z"}
+    (deploy / "kv_cache_report.20200101T000000Z.1.rank1.json").write_text(json.dumps(leftover))
+    shown = run_cli(deploy)
+    assert shown.returncode == 1
+    lines = shown.stdout.splitlines()
+    assert any(line.startswith("ranks whose layouts differ: layout ") for line in lines)
+    flagged = lines[lines.index("flagged:") + 1:]
+    assert flagged == [
+        "  rank 1: the plugin did not build this KV cache (stock vLLM, KV_STRATEGIES=observe)",
+        "  ranks from different runs (a rank's newest report may be left from an earlier run; set KV_STRATEGIES_RUN_ID "
+        "alike on every node of one deployment): run r1: ranks 0; run r0: ranks 1",
+    ]
+
+
+def test_schema_1_files_are_read(reports):
+    shown = run_cli(reports["v1"])
+    assert shown.returncode == 0, shown.stderr
+    first = shown.stdout.splitlines()[0]
+    assert first.startswith(f"KV cache report (schema 1): {reports['v1']}, built by the plugin (mode not recorded), model not recorded, vLLM 0.32.0, plugin 0.1.0, rank 0, written ")
+    assert first.endswith(" (file time; schema 1)")
+    diff = run_cli(reports["v1"], reports["plugin"])
+    assert diff.returncode == 0, diff.stderr
+    assert "per-layer views (shape, stride, dtype): equal on all 4 layers" in diff.stdout.splitlines()
+
+
+def broken(tmp_path: Path, reports, change) -> Path:
+    data = json.loads(reports["plugin"].read_text())
+    change(data)
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.pop("totals"), "missing key 'totals'"),
+        (lambda d: d["totals"].pop("tokens"), "missing key 'tokens' at $.totals"),
+        (lambda d: next(iter(d["layers"].values())).pop("views"), "missing key 'views' at $.layers['model.layers.0.self_attn.attn']"),
+        (lambda d: d["totals"].update(bytes_allocated="many"), "'many' is not of type 'integer' at $.totals.bytes_allocated"),
+        (lambda d: d.update(schema_version=3), "written with report schema 3, newer than this vllm-kv-strategies 0.1.0 reads (schemas 1-2): upgrade the plugin to read it"),
+        (lambda d: d.pop("schema_version"), "not a KV cache report (no 'schema_version' key; KV_STRATEGIES_REPORT writes one)"),
+        (lambda d: d.update(schema_version="2"), "not a KV cache report (schema_version '2')"),
+    ],
+    ids=["totals", "totals.tokens", "views", "type", "newer", "no-version", "version-type"],
+)
+def test_a_broken_file_gives_one_line_and_exit_2(reports, tmp_path, change, message):
+    path = broken(tmp_path, reports, change)
+    shown = run_cli(path)
+    assert (shown.returncode, shown.stdout, shown.stderr) == (2, "", f"error: {path}: {message}\n")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[1, 2]", "not a KV cache report (a JSON list, not an object)"),
+        ('{"name": "a config"}', "not a KV cache report (no 'schema_version' key; KV_STRATEGIES_REPORT writes one)"),
+        ("kv_strategies: rank 0: built", "not a KV cache report (not JSON: Expecting value: line 1 column 1 (char 0))"),
+    ],
+)
+def test_a_file_that_is_not_a_report(tmp_path, content, message):
+    path = tmp_path / "x.json"
+    path.write_text(content)
+    shown = run_cli(path)
+    assert (shown.returncode, shown.stderr) == (2, f"error: {path}: {message}\n")
+
+
+def test_missing_file_and_empty_directory(tmp_path):
+    shown = run_cli(tmp_path / "missing.json")
+    assert (shown.returncode, shown.stderr) == (2, f"error: {tmp_path / 'missing.json'}: cannot read it (No such file or directory)\n")
+    shown = run_cli(tmp_path)
+    assert (shown.returncode, shown.stderr) == (2, (
+        f"error: {tmp_path}: no KV cache report in this directory (files kv_cache_report.*.json, "
+        f"written by vLLM workers with KV_STRATEGIES_REPORT={tmp_path})\n"))
+
+
+def test_without_jsonschema_a_key_check_stands_in(reports, monkeypatch):
+    monkeypatch.setitem(sys.modules, "jsonschema", None)  # import jsonschema raises ImportError
+    data = json.loads(reports["plugin"].read_text())
+    assert schema.parse(copy.deepcopy(data)) == data
+    del data["totals"]["tokens"]
+    with pytest.raises(schema.ReportError, match=r"^missing key 'tokens' at \$\.totals$"):
+        schema.parse(data)
+
+
+def test_reading_imports_neither_torch_nor_vllm(reports):
+    code = (
+        "import sys\nfrom vllm_kv_strategies.__main__ import main\n"
+        f"rc = main(['report', {str(reports['stock'])!r}, {str(reports['plugin'])!r}])\n"
+        "print('HEAVY', sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm')), rc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.splitlines()[-1] == "HEAVY [] 0", proc.stderr
+
+
+def test_the_schema_file_is_package_data():
+    text = (Path(render.__file__).parent / schema.SCHEMA_FILE).read_text()
+    assert json.loads(text)["properties"]["schema_version"] == {"const": schema.SCHEMA_VERSION}
+    assert write.SCHEMA_VERSION == schema.SCHEMA_VERSION
+
+
+def test_three_paths_are_refused(reports):
+    shown = run_cli(reports["stock"], reports["plugin"], reports["stock"])
+    assert shown.returncode == 2
+    assert shown.stderr.splitlines()[-1].endswith("error: report takes one FILE or DIR, or two reports A B to compare")

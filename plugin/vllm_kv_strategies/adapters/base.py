@@ -116,9 +116,12 @@ class RunnerAdapter:
         return lambda name: ModelDims.from_objects(forward_context.get(name), hf_config)
 
     def report(self, plan: KVCachePlan | None, kv_caches: dict[str, Any], kv_cache_config: Any, model: Any = None) -> None:
-        """The summary line (and the JSON report where asked) of what was built."""
-        if plan is not None:
-            log_summary(plan, kv_caches)
+        """The summary line (and the JSON report where asked) of what was built:
+        by the strategies (``plan``), or by stock (``plan`` None: observe, or
+        the fallback)."""
+        log_summary(
+            plan, kv_caches, kv_cache_config=kv_cache_config, mode=envs.KV_STRATEGIES, model=model, runner=self.target.runner
+        )
 
     @staticmethod
     def inject_test_fault(plan: KVCachePlan, kv_caches: dict[str, Any], forward_context: dict[str, Any] | None = None) -> None:
@@ -134,10 +137,9 @@ class RunnerAdapter:
             if len(names) >= 2:
                 logger.warning("%s TEST FAULT: %s bound to the cache of %s", PREFIX, names[1], names[0])
                 kv_caches[names[1]] = kv_caches[names[0]]
-                if forward_context is not None:
-                    bound = forward_context[names[0]].kv_cache
-                    layer = forward_context[names[1]]
-                    layer.bind_kv_cache(bound) if hasattr(layer, "bind_kv_cache") else setattr(layer, "kv_cache", bound)
+                if forward_context is not None:  # bound already: bind the second layer again, as stock binds
+                    layer, cache = forward_context[names[1]], kv_caches[names[0]]
+                    layer.bind_kv_cache(cache) if hasattr(layer, "bind_kv_cache") else setattr(layer, "kv_cache", cache)
                 return
         logger.warning("%s TEST FAULT: no KV cache group has two layers of its own; nothing injected", PREFIX)
 

@@ -1,0 +1,214 @@
+"""Rendering reports for ``python -m vllm_kv_strategies report``: one report,
+two compared (A and B), or every rank of a deployment. Torch-free; reports
+come from :func:`.schema.load` (schema 1 files upgraded, unknown fields None).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from .schema import ReportError, created
+
+TOTALS = ("raw_buffers", "bytes_allocated", "bytes_required", "alignment_padding", "duplicated_bytes", "num_blocks", "tokens")
+
+
+def _counts(counts: dict | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) if counts else "-"
+
+
+def _built_by(report: dict) -> str:
+    mode = f"KV_STRATEGIES={report['mode']}" if report.get("mode") else "mode not recorded"
+    who = "the plugin" if report["built_by"] == "plugin" else "stock vLLM"
+    return f"built by {who} ({mode})"
+
+
+def describe(report: dict, path: str) -> str:
+    """One line: what a report describes and how it was made."""
+    v = report["versions"]
+    parts = [
+        str(path),
+        _built_by(report),
+        f"model {report['model']}" if report.get("model") else "model not recorded",
+        f"vLLM {v['vllm']}" + (f" + vllm-ascend {v['vllm_ascend']}" if v.get("vllm_ascend") else ""),
+        f"plugin {v['plugin']}",
+    ]
+    if report.get("runner"):
+        parts.append(report["runner"])
+    world = report.get("world_size")
+    parts.append(f"rank {report['totals']['rank']}" + (f" of {world}" if world else ""))
+    parts.append(f"written {created(report, path)}" + ("" if report.get("created") else " (file time; schema 1)"))
+    return ", ".join(parts)
+
+
+def _spec_line(spec: dict) -> str:
+    text = f"{spec['type']} ({spec['kind']}), block_size {spec['block_size']}"
+    if spec.get("dtype"):
+        text += f", {spec['dtype']}"
+    if spec.get("state_dtypes"):
+        text += f", states {' + '.join(f'{tuple(s)} {d}' for s, d in zip(spec['state_shapes'], spec['state_dtypes']))}"
+    if "num_kv_heads" in spec and "head_size" in spec:
+        text += f", {spec['num_kv_heads']} KV heads x {spec['head_size']}"
+    if spec.get("sliding_window") is not None:
+        text += f", sliding_window {spec['sliding_window']}"
+    if spec.get("attention_chunk_size") is not None:
+        text += f", attention_chunk_size {spec['attention_chunk_size']}"
+    return text + f", page {spec['page_size_bytes']:,} bytes: {len(spec['layers'])} layer{'s' if len(spec['layers']) != 1 else ''}"
+
+
+def _views(entry: dict) -> str:
+    return "; ".join(f"{tuple(v['shape'])} {v['dtype']} @{v['buffer']}+{v['offset']}" for v in entry["views"])
+
+
+def render(report: dict, path: str) -> str:
+    """A readable table of one report."""
+    t = report["totals"]
+    lines = [f"KV cache report (schema {report['schema_version']}): {describe(report, path)}"]
+    if report.get("kv_cache"):
+        lines.append(f"KV cache groups (num_blocks {report['kv_cache']['num_blocks']:,}):")
+        for group in report["kv_cache"]["groups"]:
+            for spec in group["specs"]:
+                lines.append(f"  group {group['id']}: {_spec_line(spec)}")
+    lines.append(f"{'layer':48} {'kind':24} {'strategy':14} views (shape dtype @buffer+offset)")
+    for name, entry in report["layers"].items():
+        lines.append(f"{name:48} {entry.get('kind') or entry['spec_type'] or '-':24} {entry['strategy'] or '-':14} {_views(entry)}")
+    lines.append("")
+    for key in TOTALS:
+        lines.append(f"{key:20} {t[key]:>16,}")
+    lines.append(f"{'layers_per_kind':20} {_counts(t.get('layers_per_kind'))}")
+    lines.append(f"{'layers_per_strategy':20} {_counts(t['layers_per_strategy'])}")
+    return "\n".join(lines)
+
+
+def _view_key(entry: dict | None) -> list:
+    return [(v["shape"], v["stride"], v["dtype"]) for v in entry["views"]] if entry else []
+
+
+def _place_key(entry: dict | None) -> list:
+    return [(v["buffer"], v["offset"]) for v in entry["views"]] if entry else []
+
+
+def check_same_model(a: dict, b: dict, path_a: str, path_b: str) -> None:
+    """Raises ReportError when both reports name a model and the models differ."""
+    if a.get("model") and b.get("model") and a["model"] != b["model"]:
+        raise ReportError(
+            f"A ({path_a}) describes model {a['model']!r} and B ({path_b}) model {b['model']!r}: "
+            "refusing to compare two different models (--allow-different-models compares them anyway)"
+        )
+
+
+def compare(a: dict, b: dict, path_a: str = "A", path_b: str = "B", *, limit: int = 12) -> str:
+    """Report ``b`` against report ``a``: totals (B - A, B / A), kinds, specs
+    and the layers whose views (shape, stride, dtype) or placement differ."""
+    ta, tb = a["totals"], b["totals"]
+    lines = [f"A: {describe(a, path_a)}", f"B: {describe(b, path_b)}", ""]
+    lines.append(f"{'':20} {'A':>16} {'B':>16} {'B - A':>16} {'B / A':>8}")
+    for key in TOTALS:
+        ratio = f"{tb[key] / ta[key]:.3f}" if ta[key] else "-"
+        lines.append(f"{key:20} {ta[key]:>16,} {tb[key]:>16,} {tb[key] - ta[key]:>+16,} {ratio:>8}")
+    lines.append("")
+    lines.append(f"layers by kind: A {_counts(ta.get('layers_per_kind'))}; B {_counts(tb.get('layers_per_kind'))}")
+    lines.append(f"layers by strategy: A {_counts(ta['layers_per_strategy'])}; B {_counts(tb['layers_per_strategy'])}")
+    if a.get("kv_cache") and b.get("kv_cache"):
+        specs = [[(g["id"], _spec_line(s)) for g in r["kv_cache"]["groups"] for s in g["specs"]] for r in (a, b)]
+        if specs[0] == specs[1]:
+            lines.append(f"KV cache specs: equal ({len(specs[0])} in {len(a['kv_cache']['groups'])} groups)")
+        else:
+            lines.append("KV cache specs differ:")
+            lines += [f"  A group {g}: {s}" for g, s in specs[0] if (g, s) not in specs[1]]
+            lines += [f"  B group {g}: {s}" for g, s in specs[1] if (g, s) not in specs[0]]
+    names = sorted(set(a["layers"]) | set(b["layers"]))
+    differ = [n for n in names if _view_key(a["layers"].get(n)) != _view_key(b["layers"].get(n))]
+    if not differ:
+        lines.append(f"per-layer views (shape, stride, dtype): equal on all {len(names)} layers")
+    else:
+        lines.append(f"per-layer views (shape, stride, dtype) differ on {len(differ)} of {len(names)} layers:")
+        for name in differ[:limit]:
+            lines.append(f"  {name}")
+            for label, report in (("A", a), ("B", b)):
+                entry = report["layers"].get(name)
+                shown = "; ".join(f"{tuple(v['shape'])} stride {tuple(v['stride'])} {v['dtype']}" for v in entry["views"]) if entry else "(no such layer)"
+                lines.append(f"    {label}: {shown}")
+        if len(differ) > limit:
+            lines.append(f"  ... and {len(differ) - limit} more")
+    moved = [n for n in names if n not in differ and _place_key(a["layers"].get(n)) != _place_key(b["layers"].get(n))]
+    if moved:
+        lines.append(f"placement (buffer, byte offset) differs on {len(moved)} layers with equal views: "
+                     f"{', '.join(moved[:limit])}{', ...' if len(moved) > limit else ''}")
+    return "\n".join(lines)
+
+
+def layout_id(report: dict) -> str:
+    """8 hex digits naming a rank's layout: its layers' views (shape, stride,
+    dtype, buffer, offset) and its buffers' sizes."""
+    layout = {
+        "layers": {n: [(v["shape"], v["stride"], v["dtype"], v["buffer"], v["offset"]) for v in e["views"]]
+                   for n, e in sorted(report["layers"].items())},
+        "buffers": [b["bytes"] for b in report["buffers"]],
+    }
+    return hashlib.sha1(json.dumps(layout, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def deployment(directory: str, per_rank: dict[int, tuple[str, dict]], found: int) -> tuple[str, bool]:
+    """Every rank's totals and the deployment's (see ``report DIR``).
+
+    Args:
+        per_rank: rank -> (path, report), each rank's newest report.
+        found: how many reports the directory holds (``latest`` copies not counted).
+
+    Returns:
+        the text, and whether anything is flagged: a rank missing (up to the
+        world size), a rank the plugin did not build, ranks from different
+        runs or of different models.
+    """
+    reports = [r for _, r in per_rank.values()]
+    world = max([r.get("world_size") or 0 for r in reports] + [max(per_rank) + 1])
+    lines = [f"KV cache reports in {directory}: {found} report{'s' if found != 1 else ''}, "
+             f"{len(per_rank)} rank{'s' if len(per_rank) != 1 else ''} (each rank's newest report), world size {world}"]
+    header = f"{'rank':>4}  {'built by':9} {'mode':8} {'layers':>6} {'buffers':>7} {'bytes allocated':>16} {'bytes required':>16} {'num_blocks':>10} {'tokens':>10}  {'layout':8}  file"
+    lines.append(header)
+    layouts: dict[str, list[int]] = {}
+    for rank, (path, r) in per_rank.items():
+        t = r["totals"]
+        kinds = t.get("layers_per_kind") or t["layers_per_strategy"]
+        layout = layout_id(r)
+        layouts.setdefault(layout, []).append(rank)
+        lines.append(
+            f"{rank:>4}  {r['built_by']:9} {r.get('mode') or '-':8} {sum(kinds.values()):>6} {t['raw_buffers']:>7} "
+            f"{t['bytes_allocated']:>16,} {t['bytes_required']:>16,} {t['num_blocks']:>10,} {t['tokens']:>10,}  {layout:8}  {os.path.basename(path)}"
+        )
+    allocated = sum(r["totals"]["bytes_allocated"] for r in reports)
+    required = sum(r["totals"]["bytes_required"] for r in reports)
+    tokens = sorted({r["totals"]["tokens"] for r in reports})
+    lines.append(
+        f"deployment ({len(per_rank)} ranks): {allocated:,} bytes allocated ({allocated / 2**30:.3f} GiB), "
+        f"{required:,} required; tokens per rank "
+        + (f"{tokens[0]:,} on every rank" if len(tokens) == 1 else f"{tokens[0]:,} to {tokens[-1]:,}")
+    )
+    if len(layouts) == 1:
+        lines.append("layouts: the same on every rank")
+    else:
+        lines.append("ranks whose layouts differ: " + "; ".join(
+            f"layout {k} on rank{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}" for k, v in layouts.items()))
+    flags = []
+    for rank in range(world):
+        if rank not in per_rank:
+            flags.append(f"rank {rank}: no report in this directory (world size {world})")
+    for rank, (_, r) in per_rank.items():
+        if r["built_by"] != "plugin":
+            flags.append(f"rank {rank}: the plugin did not build this KV cache (stock vLLM, KV_STRATEGIES={r.get('mode')})")
+    runs: dict[str, list[int]] = {}
+    for rank, (_, r) in per_rank.items():
+        runs.setdefault(r.get("run_id") or "not recorded", []).append(rank)
+    if len(runs) > 1:
+        flags.append("ranks from different runs (a rank's newest report may be left from an earlier run; "
+                     "set KV_STRATEGIES_RUN_ID alike on every node of one deployment): "
+                     + "; ".join(f"run {k}: ranks {', '.join(map(str, v))}" for k, v in runs.items()))
+    models = {r.get("model") for r in reports if r.get("model")}
+    if len(models) > 1:
+        flags.append(f"ranks of different models: {', '.join(sorted(models))}")
+    if flags:
+        lines.append("flagged:")
+        lines += [f"  {f}" for f in flags]
+    return "\n".join(lines), bool(flags)

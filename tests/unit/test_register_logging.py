@@ -1,0 +1,127 @@
+"""What ``register()`` tells the user: the ``observe`` switch, the line each
+process logs once (also where vLLM configures logging only after loading
+plugins, as the 0.32 API server does), the run id, and the one line an
+invalid switch gives before vLLM's traceback."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+import vllm_kv_strategies
+from vllm_kv_strategies import compat, patching
+
+INSTALLED = compat.Installed.detect().vllm
+RUNNERS = "GPUModelRunner (V1) and GPUModelRunner (V2)"
+OBSERVING = f"kv_strategies: observing (KV_STRATEGIES=observe, vLLM {INSTALLED}): stock builds the KV cache of {RUNNERS}; the plugin reports it"
+ACTIVE = f"kv_strategies: enabled (KV_STRATEGIES=on, vLLM {INSTALLED}): will build the KV cache of {RUNNERS}"
+INVALID = "kv_strategies: KV_STRATEGIES='bogus' is not valid; use one of 'auto', 'on', 'off', 'observe'. vLLM cannot start with it."
+
+
+def patched() -> bool:
+    return patching.MARKER in GPUModelRunner.__dict__
+
+
+def test_observe_wraps_the_runner_and_says_stock_builds(monkeypatch, kv_log):
+    monkeypatch.setenv("KV_STRATEGIES", "observe")
+    vllm_kv_strategies.register()
+    vllm_kv_strategies.register()
+    assert patched() and vllm_kv_strategies._registered_platform == "upstream"
+    assert kv_log.at(logging.INFO)[0] == OBSERVING  # then the patched lines (test_register.py)
+    assert kv_log.at(logging.WARNING) == []
+
+
+def test_observe_wraps_an_undeclared_release_with_a_warning(monkeypatch, kv_log):
+    monkeypatch.setenv("KV_STRATEGIES", "observe")
+    monkeypatch.setattr(compat.matrix, "UPSTREAM_VLLM_RELEASES", ("0.29.0",))
+    vllm_kv_strategies.register()
+    assert patched()
+    [warning] = kv_log.at(logging.WARNING)
+    assert warning.startswith(f"kv_strategies: KV_STRATEGIES=observe: wrapping, to report stock's KV cache, vLLM {INSTALLED}, "
+                              "which is not in the support matrix (vLLM 0.29.0;")
+    assert kv_log.at(logging.INFO)[0] == OBSERVING
+
+
+@pytest.mark.parametrize("mode", ["auto", "on", "observe"])
+def test_register_sets_a_run_id_for_the_processes_it_starts(monkeypatch, mode):
+    monkeypatch.setenv("KV_STRATEGIES", mode)
+    vllm_kv_strategies.register()
+    assert re.fullmatch(rf"\d{{8}}T\d{{6}}Z-{os.getpid()}", os.environ["KV_STRATEGIES_RUN_ID"])
+
+
+def test_a_run_id_set_by_the_user_is_kept(monkeypatch):
+    monkeypatch.setenv("KV_STRATEGIES_RUN_ID", "deployment-7")
+    vllm_kv_strategies.register()
+    assert os.environ["KV_STRATEGIES_RUN_ID"] == "deployment-7"
+
+
+def test_off_sets_no_run_id(monkeypatch):
+    monkeypatch.setenv("KV_STRATEGIES", "off")
+    vllm_kv_strategies.register()
+    assert "KV_STRATEGIES_RUN_ID" not in os.environ
+
+
+def test_an_invalid_switch_logs_one_error_line_then_raises(monkeypatch, kv_log):
+    monkeypatch.setenv("KV_STRATEGIES", "bogus")
+    with pytest.raises(ValueError, match=r"^KV_STRATEGIES='bogus' is not valid; use one of 'auto', 'on', 'off', 'observe'\.$"):
+        vllm_kv_strategies.register()
+    assert kv_log.at(logging.ERROR) == [INVALID]
+    assert not patched()
+
+
+def python(code: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("KV_STRATEGIES", "VLLM_"))}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env={**clean, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_process_that_configures_logging_after_register_still_says_it_once():
+    """vLLM 0.32's API server: plugins load while the argument parser is built,
+    logging is configured after (``configure_logging_from_args``). The line is
+    held and logged by vLLM's configured handler, once; vLLM's function is restored."""
+    proc = python(
+        """
+        import logging
+        import vllm.logger as vl
+        original = {n: getattr(vl, n, None) for n in ("_configure_vllm_root_logger", "configure_logging")}
+        configured_at_import = logging.getLogger("vllm").hasHandlers()  # releases before 0.32
+        import vllm_kv_strategies
+        vllm_kv_strategies.register()
+        print("MARK registered", flush=True)
+        if not configured_at_import:
+            from vllm.config.logging import LoggingConfig
+            vl.configure_logging(LoggingConfig())
+        vllm_kv_strategies.register()
+        print("MARK restored", all(getattr(vl, n, None) is f for n, f in original.items()), configured_at_import, flush=True)
+        """,
+        KV_STRATEGIES="on",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    said = [i for i, ln in enumerate(lines) if ln.endswith(ACTIVE)]
+    assert len(said) == 1, proc.stdout[-3000:]
+    mark = lines.index("MARK registered")
+    restored = next(ln for ln in lines if ln.startswith("MARK restored"))
+    configured_at_import = restored.endswith("True")
+    assert (said[0] < mark) if configured_at_import else (said[0] > mark)
+    assert restored.startswith("MARK restored True")
+    assert lines[said[0]].startswith("INFO ") or "INFO" in lines[said[0]].split("kv_strategies:")[0]  # vLLM's format
+    assert "kv_strategies" not in proc.stderr
+
+
+def test_an_invalid_switch_through_vllms_plugin_loader_prints_one_line_before_the_traceback():
+    """What a user sees when vLLM loads the plugin with a bad switch and has not
+    configured logging yet (the API server): the line first, then the traceback."""
+    proc = python("import vllm.plugins; vllm.plugins.load_general_plugins()", KV_STRATEGIES="bogus")
+    assert proc.returncode == 1
+    err = proc.stderr.splitlines()
+    assert [ln for ln in err if "kv_strategies:" in ln] == [INVALID]
+    assert err.index(INVALID) < err.index("Traceback (most recent call last):")
+    assert err[-1] == "ValueError: KV_STRATEGIES='bogus' is not valid; use one of 'auto', 'on', 'off', 'observe'."
