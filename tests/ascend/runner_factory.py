@@ -528,7 +528,12 @@ def fa_quant_config(layers: Iterable[int]) -> Any:
 
 
 def deepseek_v3(
-    tp: int = 1, num_blocks: int = 4, block_size: int = 128, upstream_spec: bool = False, fa_quant: bool = False
+    tp: int = 1,
+    num_blocks: int = 4,
+    block_size: int = 128,
+    upstream_spec: bool = False,
+    fa_quant: bool = False,
+    fa_dtype: torch.dtype = torch.int8,
 ) -> ModelKV:
     """DeepSeek-V3: 61 MLA layers, kv_lora_rank 512 + qk_rope_head_dim 64 = 576, bf16.
 
@@ -540,11 +545,12 @@ def deepseek_v3(
     ``fa_quant=True`` (0.18+): the W8A8C8 FA-quant checkpoint on a decode (``kv_consumer``)
     instance, where ``impl.fa_quant_layer`` holds: ``AscendMLAAttentionSpec(head_size = 576 + 64
     = 640, dtype=int8, cache_dtype_str=None)`` (int8 nope + bf16 rope), and the runner's
-    ``quant_config`` from :func:`fa_quant_config` for all 61 layers."""
+    ``quant_config`` from :func:`fa_quant_config` for all 61 layers. ``fa_dtype``: the nope's
+    dtype, int8 on A2, ``torch.float8_e4m3fn`` on A5 (0.23, any instance role)."""
     kwargs: dict[str, Any] = {"model_type": "deepseek_v3", "mla_dims": (512, 64)}
     if fa_quant:
         assert AscendMLAAttentionSpec is not None, f"vllm-ascend {ASCEND_VERSION} has no FA-quant KV cache"
-        spec = AscendMLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=640, dtype=torch.int8, cache_dtype_str=None)
+        spec = AscendMLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=640, dtype=fa_dtype, cache_dtype_str=None)
         kwargs["quant_config"] = fa_quant_config(range(61))
     else:
         cls = MLAAttentionSpec if upstream_spec or AscendMLAAttentionSpec is None else AscendMLAAttentionSpec
