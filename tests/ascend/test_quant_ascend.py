@@ -324,3 +324,53 @@ def test_a5_variants_equal_stock(name, a5):
     assert sum(storages(ours).values()) == sum(storages(stock).values()) == nbytes
     first = ours["model.layers.0.self_attn.attn"]
     assert [t.dtype for t in first if t.dtype not in (BF16,)] == dtypes
+
+
+# -- the layout mechanics these kinds need (no release specifics) -------------------------------
+
+
+def _lp(parts, page):
+    from types import SimpleNamespace
+
+    from vllm_kv_strategies.plan import LayerPlan
+    from vllm_kv_strategies.strategies import SparseMLAStrategy
+
+    spec = SimpleNamespace(block_size=4, page_size_bytes=page)
+    return LayerPlan("model.layers.0.self_attn.attn", 0, spec, SparseMLAStrategy(), tuple(parts), 0)
+
+
+def test_coallocated_groups_become_one_raw_buffer_with_aligned_slices():
+    from vllm_kv_strategies.layout.ascend import TensorLayout, buffer_slices, coallocated_runs
+    from vllm_kv_strategies.strategies import PagePart
+
+    parts = (
+        PagePart("nope", BF16, (4, 1, 8)),
+        PagePart("indexer_k", I8, (4, 1, 3), group="indexer"),  # 12 bytes: the scale starts at 12, fp32-aligned
+        PagePart("indexer_scale", FP32, (4, 1, 1), group="indexer"),
+    )
+    assert coallocated_runs(parts, frozenset({"indexer"})) == (1, 2)
+    assert coallocated_runs(parts, frozenset()) == (1, 1, 1)
+    lp = _lp(parts, 64 + 12 + 16)
+    layout = TensorLayout(0, (lp,), tuple(3 * p.nbytes for p in parts), False, (1, 2))  # 3 blocks
+    assert buffer_slices(layout) == [(192, ((0, 192),)), (84, ((0, 36), (36, 48)))]
+    odd = (PagePart("k", I8, (1, 1, 3), group="g"), PagePart("s", FP32, (1, 1, 1), group="g"))
+    layout = TensorLayout(0, (_lp(odd, 7),), (3, 4), False, (2,))  # one block: scale at align_up(3, 4) = 4
+    assert buffer_slices(layout) == [(8, ((0, 3), (4, 4)))]
+
+
+def test_sub_blocks_are_viewed_as_num_blocks_times_sub_blocks():
+    from vllm_kv_strategies.layout.ascend import layer_views
+    from vllm_kv_strategies.strategies import PagePart
+
+    parts = (PagePart("nope", BF16, (4, 1, 8)), PagePart("indexer_k", BF16, (4, 1, 2), kernel_blocks=False, blocks=3))
+    page = 64 + 3 * 16
+    lp = _lp(parts, page)
+    # one buffer per part
+    raws = (torch.zeros(5 * 64, dtype=I8), torch.zeros(5 * 48, dtype=I8))
+    views = layer_views(lp, raws, 5, kernel_block_size=2)
+    assert [tuple(v.shape) for v in views] == [(10, 2, 1, 8), (15, 4, 1, 2)]  # nope split into kernel blocks
+    # one buffer holding whole pages (the hybrid layout): parts packed at its end, sub-blocks back to back
+    raw = torch.arange(5 * page, dtype=torch.int16).view(I8)[: 5 * page]
+    nope, idx = layer_views(lp, raw, 5, None)
+    assert (tuple(idx.shape), idx.stride()) == ((15, 4, 1, 2), (8, 2, 2, 1))
+    assert idx.data_ptr() - raw.data_ptr() == 5 * 64 and idx[1].data_ptr() - idx[0].data_ptr() == 16

@@ -10,7 +10,10 @@ tensor serves:
   layer of the tensor aliases those buffers, each in its own shape and kernel
   block size; what must match between them is the bytes per block of each
   part, not the shape (the block pool gives a block to one KV cache group at a
-  time, so aliasing under the same block index is safe).
+  time, so aliasing under the same block index is safe). Parts of a group the
+  release co-allocates (0.23: the LI C8 indexer key and scale) are slices of
+  one buffer; a part of several sub-blocks per block (DCP-replicated indexer)
+  is viewed with ``num_blocks x sub-blocks`` as dim 0.
 * ``STATES`` (Mamba): one raw buffer of the tensor's size, states placed by
   byte offset, state after state (0.13+) or block-interleaved (0.11).
 * ``PLAIN`` (hidden-state cache): one raw buffer viewed as one tensor.
