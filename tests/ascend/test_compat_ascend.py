@@ -12,7 +12,7 @@ with exact numbers; pure translations are also checked for every release's value
 | format cast of views | 0.11: ``NPUModelRunner._convert_torch_format``; later: none | ``format_converter`` |
 | FA-quant probe | 0.18+: ``vllm_ascend.quantization.utils.enable_fa_quant``; before: none | ``fa_quant_enabled``, ``fa_quant_refusal`` |
 | LI C8 key + scale | 0.18: two raw buffers; 0.23: one (``_allocate_sparse_c8_indexer_tensors``) | ``coallocated_groups`` |
-| ``additional_config`` int8 | 0.11 only (BSH layout, refused) | ``stock_only_reason`` |
+| ``additional_config`` int8 | 0.11 only (BSH layout; MLA refused) | ``bsh_int8_layout``, ``stock_only_reason`` |
 | MLA spec class | 0.18 rebinds ``kv_cache_interface.MLAAttentionSpec`` to its subclass | ``specs.vllm_spec_class``, ``specs.spec_classes`` |
 | sparse C8 flag | 0.18: ``cache_sparse_c8``; 0.23: ``cache_sparse_{sfa,li}_c8``, ``sfa_dcp_replicated_indexer_size`` | ``specs.ascend_sparse_quant`` (the dense strategies refuse them) |
 | ``KVCacheTensor`` | ``size`` + ``shared_by`` in all four | ``specs.tensor_layers`` |
@@ -258,21 +258,16 @@ def test_fa_quant_probe():
     assert facts.stock_only_reason(runner) is None  # no layer the quant config lists
 
 
-def test_int8_bsh_kv_cache_keeps_stock_on_0_11_only(monkeypatch):
+def test_int8_bsh_layout_is_read_on_0_11_only():
     """vllm-ascend 0.11's ``additional_config={"kv_cache_dtype": "int8"}`` lays K/V out as BSH
-    (refused: stock there); later releases read no such key, so the plugin builds the config."""
+    (the ``bsh_attention`` kind, tests/ascend/test_quant_ascend.py); later releases read no such key."""
     mk = rf.qwen3_8b(dtype=torch.int8)
     runner = mk.make_runner(additional_config={"kv_cache_dtype": "int8"})
-    sentinel = {"stock": True}
-    monkeypatch.setenv("KV_STRATEGIES", "auto")
-    built = AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, mk.kv_cache_config)
-    assert (built is sentinel) is (R < (0, 13))
-    monkeypatch.setenv("KV_STRATEGIES", "on")
-    if R < (0, 13):
-        with pytest.raises(UnsupportedSpecError, match="BSH"):
-            AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, mk.kv_cache_config)
-    else:
-        assert facts.stock_only_reason(runner) is None
+    assert facts.bsh_int8_layout(runner) is (R < (0, 13))
+    assert facts.bsh_int8_layout(mk.make_runner()) is False
+    assert facts.stock_only_reason(runner) is None
+    plan = AscendAdapter().plan_runner(runner, mk.kv_cache_config).plan
+    assert set(plan.kind_counts()) == {"bsh_attention" if R < (0, 13) else "full_attention"}
 
 
 # -- MLA spec class rebinding, sparse C8 flags ------------------------------------------------

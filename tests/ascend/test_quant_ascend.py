@@ -16,10 +16,11 @@ raw buffer count and the same bytes, which the test states by hand (N = 4 blocks
   128 x (656 + 8 x 130) = 217,088 -> 52,969,472;
 * FA-quant MLA (0.18+, decode instance): 128 x (512 x 1 + 64 x 2) = 81,920 -> 19,988,480;
 * dense C8 (0.18+, Qwen3-8B W8A8C8): 128 x 8 x 128 x 2 x 1 = 262,144 -> 36 x 4 x 262,144 =
-  37,748,736 (TP1), 9,437,184 (TP4).
+  37,748,736 (TP1), 9,437,184 (TP4); on 0.11 (``additional_config`` ``kv_cache_dtype=int8``)
+  the same bytes in the BSH layout, K and V (N, 128, heads x 128).
 
 With transfer each raw buffer costs 2 MiB more and starts on a 2 MiB boundary. Stock's crashes
-stay refused: FA quant on a ``kv_both`` instance or for non-MLA attention. The A5 variants
+stay refused: FA quant on a ``kv_both`` instance or for non-MLA attention, 0.11's int8 MLA. The A5 variants
 (fp8 C8 keys, fp32 scales, fp8 FA-quant nope on any role) run with the device type patched
 where vllm-ascend 0.23 reads it.
 """
@@ -42,8 +43,8 @@ R = rf.RELEASE
 N = 4
 BF16, FP16, FP32, I8, FP8 = torch.bfloat16, torch.float16, torch.float32, torch.int8, torch.float8_e4m3fn
 NO_C8 = (
-    "vllm-ascend 0.11 / 0.13 build no sparse C8, FA-quant or W8A8C8 int8 spec (0.18+); 0.11's BSH int8 stays refused "
-    "(test_0_11_int8_kv_cache_stays_refused)"
+    "vllm-ascend 0.11 / 0.13 build no sparse C8, FA-quant or W8A8C8 int8 spec (0.18+); 0.11's int8 K/V are the BSH "
+    "layout (test_0_11_bsh_int8_equals_stock)"
 )
 ONLY_023 = "SFA C8, DCP-replicated and shared indexers, per-layer LI C8 and the A5 dtypes are vllm-ascend 0.23 features"
 
@@ -259,7 +260,9 @@ def test_fa_quant_checkpoint_off_a_decode_instance_is_plain_mla(role):
     )
 
 
-@pytest.mark.skipif(R < (0, 18), reason="vllm-ascend 0.11 reads additional_config kv_cache_dtype (BSH int8, refused); 0.13 has no int8 spec")
+@pytest.mark.skipif(
+    R < (0, 18), reason="vllm-ascend 0.11 reads additional_config kv_cache_dtype (BSH layout: test_0_11_bsh_int8_equals_stock); 0.13 has no int8 spec"
+)
 def test_additional_config_int8_is_read_by_0_11_only():
     """0.18 / 0.23 read no ``kv_cache_dtype`` key in additional_config: the W8A8C8 spec is built as stock."""
     mk = rf.qwen3_8b(dtype=I8)
@@ -268,24 +271,32 @@ def test_additional_config_int8_is_read_by_0_11_only():
     assert sum(storages(ours).values()) == 37_748_736
 
 
-@pytest.mark.skipif(R >= (0, 13), reason="additional_config kv_cache_dtype=int8 (the BSH layout) is read by vllm-ascend 0.11 only")
-@pytest.mark.parametrize("model", ["qwen3-8b", "deepseek-v3"])
-def test_0_11_int8_kv_cache_stays_refused(model, monkeypatch):
-    """0.11 lays int8 K/V out as BSH (k, v: (N, block, heads x head)), which no strategy builds;
-    for MLA layers stock raises (``AscendMLABackend`` has no ``get_bsh_kv_cache_shape``)."""
-    if model == "qwen3-8b":
-        mk = rf.qwen3_8b(dtype=I8)
-    else:
-        spec = rf.MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=I8, cache_dtype_str="int8")
-        specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(61)}
-        mk = rf.ModelKV("DeepSeek-V3 int8", 1, rf.build_kv_cache_config(specs, N), specs, {"model_type": "deepseek_v3"})
+BSH_ONLY_011 = "additional_config kv_cache_dtype=int8 (the BSH layout) is read by vllm-ascend 0.11 only"
+
+
+@pytest.mark.skipif(R >= (0, 13), reason=BSH_ONLY_011)
+@pytest.mark.parametrize("kv_transfer", [False, True], ids=["plain", "kv_transfer"])
+@pytest.mark.parametrize(("tp", "nbytes", "row"), [(1, 37_748_736, 1024), (4, 9_437_184, 256)], ids=["tp1", "tp4"])
+def test_0_11_bsh_int8_equals_stock(tp, nbytes, row, kv_transfer):
+    """K and V (N, block, heads x head) int8, never kernel-split: 36 x 4 x 128 x row x 2 bytes."""
+    mk = rf.qwen3_8b(tp=tp, dtype=I8)
+    config, stock, ours, runner = compare(mk, additional_config={"kv_cache_dtype": "int8"}, kv_transfer=kv_transfer)
+    assert layout_of(ours, not kv_transfer) == layout_of(stock, not kv_transfer)
+    assert [(tuple(t.shape), t.dtype) for t in ours["model.layers.0.self_attn.attn"]] == [((4, 128, row), I8)] * 2
+    expected = nbytes + (72 * TRANSFER_ALIGNMENT if kv_transfer else 0)  # 188,743,680 / 160,432,128 with transfer
+    assert sum(storages(ours).values()) == sum(storages(stock).values()) == expected
+    assert dict(AscendAdapter().plan_runner(runner, config).plan.kind_counts()) == {"bsh_attention": 36}
+
+
+@pytest.mark.skipif(R >= (0, 13), reason=BSH_ONLY_011)
+def test_0_11_int8_mla_stays_refused():
+    """For MLA layers stock 0.11 raises (``AscendMLABackend`` has no ``get_bsh_kv_cache_shape``)."""
+    spec = rf.MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=I8, cache_dtype_str="int8")
+    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(61)}
+    mk = rf.ModelKV("DeepSeek-V3 int8", 1, rf.build_kv_cache_config(specs, N), specs, {"model_type": "deepseek_v3"})
     kwargs = {"additional_config": {"kv_cache_dtype": "int8"}}
-    if model == "deepseek-v3":
-        with pytest.raises(AttributeError, match="get_bsh_kv_cache_shape"):
-            stock_init(mk.make_runner(**kwargs), copy.deepcopy(mk.kv_cache_config))
-    else:  # stock's BSH views
-        stock = stock_init(mk.make_runner(**kwargs), copy.deepcopy(mk.kv_cache_config))
-        assert [(tuple(t.shape), t.dtype) for t in stock["model.layers.0.self_attn.attn"]] == [((4, 128, 1024), I8)] * 2
+    with pytest.raises(AttributeError, match="get_bsh_kv_cache_shape"):
+        stock_init(mk.make_runner(**kwargs), copy.deepcopy(mk.kv_cache_config))
     with pytest.raises(UnsupportedSpecError, match="BSH"):
         ours_init(mk.make_runner(**kwargs), copy.deepcopy(mk.kv_cache_config))
 

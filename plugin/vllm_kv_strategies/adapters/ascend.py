@@ -32,6 +32,7 @@ from ..errors import UnsupportedSpecError
 from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
+from ..strategies.bsh_attention import restate_bsh
 from ..strategies.sparse_mla import normalize_legacy_specs
 from .base import RunnerAdapter, allocate_bytes
 
@@ -123,6 +124,8 @@ class AscendAdapter(RunnerAdapter):
         dims = self.layer_dims(getattr(model_config, "hf_text_config", None), forward_context, getattr(model_config, "dtype", None))
         if getattr(runner, "use_sparse", False) and facts.legacy_sparse_form():
             kv_cache_config = normalize_legacy_specs(kv_cache_config, dims, facts.LEGACY_INDEX_HEAD_DIM)
+        if facts.bsh_int8_layout(runner):
+            kv_cache_config = restate_bsh(kv_cache_config)
         plan = plan_kv_cache(
             kv_cache_config,
             dims,

@@ -216,11 +216,19 @@ def stock_only_reason(runner: Any, layer_names: Iterable[str] = ()) -> str | Non
     reason = fa_quant_refusal(runner, layer_names)
     if reason is not None:
         return reason
-    vllm_config = getattr(runner, "vllm_config", None)
-    additional = getattr(vllm_config, "additional_config", None) or {}
-    if additional.get("kv_cache_dtype") == "int8" and _before(_BSH_INT8_BEFORE, None):
+    mla = getattr(runner, "use_sparse", False) or getattr(getattr(runner, "model_config", None), "use_mla", False)
+    if bsh_int8_layout(runner) and mla:
         return (
-            "int8 KV cache in vllm-ascend 0.11's BSH layout (additional_config kv_cache_dtype=int8; for MLA "
-            "and sparse MLA layers stock 0.11 raises: AscendMLABackend has no get_bsh_kv_cache_shape)"
+            "int8 MLA KV cache in vllm-ascend 0.11's BSH layout (additional_config kv_cache_dtype=int8; "
+            "stock raises: AscendMLABackend has no get_bsh_kv_cache_shape)"
         )
     return None
+
+
+def bsh_int8_layout(runner: Any) -> bool:
+    """Whether the runner views full-attention K/V in the BSH layout:
+    vllm-ascend 0.11 with ``additional_config["kv_cache_dtype"] == "int8"``
+    (``NPUModelRunner.initialize_kv_cache_tensors``; later releases read no
+    such key). The ``bsh_attention`` kind builds it."""
+    additional = getattr(getattr(runner, "vllm_config", None), "additional_config", None) or {}
+    return additional.get("kv_cache_dtype") == "int8" and _before(_BSH_INT8_BEFORE, None)

@@ -69,6 +69,27 @@ def uniform_type_specs_class() -> type | None:
     return getattr(_spec_module(), "UniformTypeKVCacheSpecs", None)
 
 
+def restate_layer_specs(kv_cache_config: Any, restate: Any) -> Any:
+    """``kv_cache_config`` with each layer's spec replaced by
+    ``restate(layer_name, spec)`` (inside ``UniformTypeKVCacheSpecs``; a
+    group's own spec with its first layer's name), as a shallow copy, or the
+    config itself when nothing changes."""
+    wrapper = uniform_type_specs_class()
+    groups = []
+    for group in kv_cache_config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        if wrapper is not None and isinstance(spec, wrapper):
+            inner = {n: restate(n, s) for n, s in spec.kv_cache_specs.items()}
+            if any(inner[n] is not s for n, s in spec.kv_cache_specs.items()):
+                spec = dataclasses.replace(spec, kv_cache_specs=inner)
+        elif group.layer_names:
+            spec = restate(group.layer_names[0], spec)
+        groups.append(group if spec is group.kv_cache_spec else dataclasses.replace(group, kv_cache_spec=spec))
+    if all(g is h for g, h in zip(groups, kv_cache_config.kv_cache_groups)):
+        return kv_cache_config
+    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)
+
+
 def layer_spec(group_spec: Any, layer_name: str) -> Any:
     """The spec of one layer: unwraps ``UniformTypeKVCacheSpecs`` (0.11+)."""
     wrapper = uniform_type_specs_class()

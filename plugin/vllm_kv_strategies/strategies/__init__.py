@@ -2,6 +2,7 @@
 classes no strategy lays out (refused, with the reason)."""
 
 from .base import Field, KVCacheStrategy, LayoutFamily, ModelDims, PagePart
+from .bsh_attention import BSHAttentionStrategy
 from .ds_mla import DSMLAStrategy
 from .fa_quant_mla import FAQuantMLAStrategy
 from .full_attention import FullAttentionStrategy
@@ -18,6 +19,7 @@ from .sparse_mla_c8 import SparseMLAC8Strategy
 BUILTIN_STRATEGIES: tuple[type[KVCacheStrategy], ...] = (
     FullAttentionStrategy,
     QuantAttentionStrategy,
+    BSHAttentionStrategy,
     MLAStrategy,
     FAQuantMLAStrategy,
     DSMLAStrategy,
@@ -43,6 +45,7 @@ REFUSED_SPEC_CLASSES: dict[str, str] = {
 NOT_LAYER_SPECS: frozenset[str] = frozenset({"KVCacheSpec", "AttentionSpec", "UniformTypeKVCacheSpecs"})
 
 __all__ = [
+    "BSHAttentionStrategy",
     "BUILTIN_STRATEGIES",
     "DSMLAStrategy",
     "FAQuantMLAStrategy",

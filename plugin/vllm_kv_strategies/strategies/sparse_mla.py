@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..compat.specs import ascend_sparse_quant, uniform_type_specs_class, vllm_spec_class
+from ..compat.specs import ascend_sparse_quant, restate_layer_specs, vllm_spec_class
 from ..errors import KVCacheLayoutError
 from .base import KVCacheStrategy, ModelDims, PagePart, require_dense_page
 from .mla import MLASplit, mla_spec_types
@@ -219,17 +219,4 @@ def normalize_legacy_specs(kv_cache_config: Any, dims: Any, index_head_dim: int)
     :func:`legacy_sparse_mla` (a shallow copy), or the config itself when
     nothing changes. Call it only for a runner with ``use_sparse`` on a
     release with the legacy form. ``dims``: layer name -> ``ModelDims``."""
-    wrapper = uniform_type_specs_class()
-    groups = []
-    for group in kv_cache_config.kv_cache_groups:
-        spec = group.kv_cache_spec
-        if wrapper is not None and isinstance(spec, wrapper):
-            inner = {n: legacy_sparse_mla(s, dims(n), index_head_dim) for n, s in spec.kv_cache_specs.items()}
-            if any(inner[n] is not s for n, s in spec.kv_cache_specs.items()):
-                spec = dataclasses.replace(spec, kv_cache_specs=inner)
-        elif group.layer_names:
-            spec = legacy_sparse_mla(spec, dims(group.layer_names[0]), index_head_dim)
-        groups.append(group if spec is group.kv_cache_spec else dataclasses.replace(group, kv_cache_spec=spec))
-    if all(g is h for g, h in zip(groups, kv_cache_config.kv_cache_groups)):
-        return kv_cache_config
-    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)
+    return restate_layer_specs(kv_cache_config, lambda name, spec: legacy_sparse_mla(spec, dims(name), index_head_dim))
