@@ -68,6 +68,7 @@ else:
         "test_doctor_ascend.py",
         "test_spec_census.py",
         "test_third_party_kind.py",
+        "test_quant_ascend.py",
     }
 
     if ASCEND_RELEASE != "0.23.0":

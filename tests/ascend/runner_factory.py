@@ -94,6 +94,7 @@ __all__ = [
     "build_kv_cache_config",
     "deepseek_v3",
     "deepseek_v32",
+    "fa_quant_config",
     "gdn_mamba_type",
     "make_runner",
     "qwen3_8b",
@@ -248,7 +249,8 @@ def _layer_for(name: str, kind: str, spec: KVCacheSpec, mla_dims: tuple[int, int
         return _bare_layer(GDNLayer, prefix=name)
     if kind in ("mla", "sfa"):
         sparse = getattr(spec, "sparse_head_dim", None)
-        kv_lora_rank, rope = (sparse[0], sparse[1]) if sparse else mla_dims
+        packed = getattr(spec, "cache_sparse_sfa_c8", False)  # sparse_head_dim[0] is the packed row
+        kv_lora_rank, rope = (sparse[0], sparse[1]) if sparse and not packed else mla_dims
         return _bare_layer(MLAAttention, layer_name=name, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope)
     return _bare_layer(Attention, layer_name=name)
 
@@ -326,6 +328,8 @@ def make_runner(
     shared_kv_cache_layers: dict[str, str] | None = None,
     extra_layers: dict[str, nn.Module] | None = None,
     additional_config: dict[str, Any] | None = None,
+    quant_config: Any = None,
+    model_dtype: torch.dtype = BF16,
     trace: bool = False,
     device: str | torch.device = "cpu",
 ) -> NPUModelRunner:
@@ -340,7 +344,9 @@ def make_runner(
     the spec (else 128) unless given, and 0.23's C8 dtypes are copied from the spec.
     ``shared_kv_cache_layers`` maps a KV-sharing layer to its target (a fake layer is added for
     it); on 0.11 the attribute exists only when given (as in its runner). ``additional_config``:
-    ``vllm_config.additional_config`` (0.11 reads ``kv_cache_dtype`` from it).
+    ``vllm_config.additional_config`` (0.11 reads ``kv_cache_dtype`` from it). ``quant_config``:
+    ``vllm_config.quant_config`` (a real ``AscendModelSlimConfig`` for FA quant, see
+    :func:`fa_quant_config`); ``model_dtype``: ``model_config.dtype`` (the FA-quant rope's dtype).
     ``trace=True`` returns a subclass instance that records the instance attributes read, in
     ``runner._reads``.
     """
@@ -366,7 +372,7 @@ def make_runner(
     if index_head_dim is not None:
         hf_text_config.index_head_dim = index_head_dim
     model_config = SimpleNamespace(
-        hf_text_config=hf_text_config, use_mla=use_mla, is_deepseek_mla=use_mla
+        hf_text_config=hf_text_config, use_mla=use_mla, is_deepseek_mla=use_mla, dtype=model_dtype
     )
     compilation_config = SimpleNamespace(static_forward_context=forward_context)
     transfer = (
@@ -374,7 +380,7 @@ def make_runner(
     )
     vllm_config = SimpleNamespace(
         kv_transfer_config=transfer,
-        quant_config=None,
+        quant_config=quant_config,
         model_config=model_config,
         compilation_config=compilation_config,
         additional_config=dict(additional_config or {}),
@@ -404,9 +410,10 @@ def make_runner(
         shared_kv_cache_layers=shared,
     )
     if use_sparse and hasattr(sparse_specs[0], "c8_k_cache_dtype"):
+        # NPUModelRunner.__init__ derives these from the device; the specs carry the same values
         attrs["c8_k_cache_dtype"] = sparse_specs[0].c8_k_cache_dtype
         attrs["c8_k_scale_cache_dtype"] = sparse_specs[0].c8_k_scale_cache_dtype
-        attrs["use_sparse_c8_indexer"] = bool(getattr(sparse_specs[0], "cache_sparse_c8", False))
+        attrs["use_sparse_c8_indexer"] = any(getattr(s, "cache_sparse_c8", False) for s in sparse_specs)
     # Only what this release's runner has: what its stock KV code reads, plus the state every
     # runner sets up before it (0.11 creates shared_kv_cache_layers only for KV-sharing models).
     keep = set(RUNNER_ATTRS) | {"kv_cache_config", "attn_groups", "use_hybrid_blocks", "use_sparse"}
@@ -487,41 +494,71 @@ def build_kv_cache_config(
     return config
 
 
-def qwen3_8b(tp: int = 1, num_blocks: int = 4, block_size: int = 128) -> ModelKV:
-    """Qwen3-8B: 36 full-attention layers, 8 KV heads (8/tp per rank), head 128, bf16."""
+def qwen3_8b(tp: int = 1, num_blocks: int = 4, block_size: int = 128, dtype: torch.dtype = BF16) -> ModelKV:
+    """Qwen3-8B: 36 full-attention layers, 8 KV heads (8/tp per rank), head 128, bf16.
+
+    ``dtype=torch.int8``: the W8A8C8 checkpoint (``kv_cache_type: C8``). From 0.18 its
+    ``AscendC8KVCacheAttentionMethod`` sets the layer's ``kv_cache_torch_dtype`` to int8 and vLLM's
+    ``Attention.get_kv_cache_spec`` returns a plain ``FullAttentionSpec(dtype=int8)``, scales
+    outside the cache; 0.11 gets the same spec from ``additional_config={"kv_cache_dtype": "int8"}``
+    (and lays it out BSH)."""
     total_kv_heads, layers = 8, 36
     spec = FullAttentionSpec(
         block_size=block_size,
         num_kv_heads=max(1, total_kv_heads // tp),
         head_size=128,
-        dtype=BF16,
+        dtype=dtype,
     )
     specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(layers)}
+    suffix = "" if dtype == BF16 else f" {str(dtype).removeprefix('torch.')}"
     return ModelKV(
-        "Qwen3-8B", tp, build_kv_cache_config(specs, num_blocks), specs,
+        "Qwen3-8B" + suffix, tp, build_kv_cache_config(specs, num_blocks), specs,
         runner_kwargs={"model_type": "qwen3"},
     )
 
 
+def fa_quant_config(layers: Iterable[int]) -> Any:
+    """A real ``AscendModelSlimConfig`` of an FA-quant (``fa_quant_type: FAKQuant``) checkpoint
+    whose ``layers`` carry ``fa_k.scale`` (its ``kvcache_quant_layers``), as vllm-ascend 0.18+
+    reads the checkpoint's quant description."""
+    from vllm_ascend.quantization.modelslim_config import AscendModelSlimConfig  # noqa: PLC0415
+
+    description = {"fa_quant_type": "FAKQuant"}
+    description.update({f"model.layers.{i}.self_attn.fa_k.scale": "FLOAT" for i in layers})
+    return AscendModelSlimConfig(description)
+
+
 def deepseek_v3(
-    tp: int = 1, num_blocks: int = 4, block_size: int = 128, upstream_spec: bool = False
+    tp: int = 1,
+    num_blocks: int = 4,
+    block_size: int = 128,
+    upstream_spec: bool = False,
+    fa_quant: bool = False,
+    fa_dtype: torch.dtype = torch.int8,
 ) -> ModelKV:
     """DeepSeek-V3: 61 MLA layers, kv_lora_rank 512 + qk_rope_head_dim 64 = 576, bf16.
 
     From 0.18 vllm-ascend re-wraps vLLM's MLAAttentionSpec into ``AscendMLAAttentionSpec``
     (num_kv_heads 1, head 576) in ``NPUModelRunner.get_kv_cache_spec``; 0.11 / 0.13 emit vLLM's
     ``MLAAttentionSpec`` (cache_dtype_str "auto"). ``upstream_spec=True`` keeps vLLM's plain
-    ``MLAAttentionSpec`` (what an upstream runner would see). TP does not change MLA."""
-    cls = MLAAttentionSpec if upstream_spec or AscendMLAAttentionSpec is None else AscendMLAAttentionSpec
-    spec = cls(block_size=block_size, num_kv_heads=1, head_size=576, dtype=BF16, cache_dtype_str="auto")
+    ``MLAAttentionSpec`` (what an upstream runner would see). TP does not change MLA.
+
+    ``fa_quant=True`` (0.18+): the W8A8C8 FA-quant checkpoint on a decode (``kv_consumer``)
+    instance, where ``impl.fa_quant_layer`` holds: ``AscendMLAAttentionSpec(head_size = 576 + 64
+    = 640, dtype=int8, cache_dtype_str=None)`` (int8 nope + bf16 rope), and the runner's
+    ``quant_config`` from :func:`fa_quant_config` for all 61 layers. ``fa_dtype``: the nope's
+    dtype, int8 on A2, ``torch.float8_e4m3fn`` on A5 (0.23, any instance role)."""
+    kwargs: dict[str, Any] = {"model_type": "deepseek_v3", "mla_dims": (512, 64)}
+    if fa_quant:
+        assert AscendMLAAttentionSpec is not None, f"vllm-ascend {ASCEND_VERSION} has no FA-quant KV cache"
+        spec = AscendMLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=640, dtype=fa_dtype, cache_dtype_str=None)
+        kwargs["quant_config"] = fa_quant_config(range(61))
+    else:
+        cls = MLAAttentionSpec if upstream_spec or AscendMLAAttentionSpec is None else AscendMLAAttentionSpec
+        spec = cls(block_size=block_size, num_kv_heads=1, head_size=576, dtype=BF16, cache_dtype_str="auto")
     specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(61)}
-    return ModelKV(
-        "DeepSeek-V3" + (" (upstream MLAAttentionSpec)" if upstream_spec else ""),
-        tp,
-        build_kv_cache_config(specs, num_blocks),
-        specs,
-        runner_kwargs={"model_type": "deepseek_v3", "mla_dims": (512, 64)},
-    )
+    name = "DeepSeek-V3" + (" (upstream MLAAttentionSpec)" if upstream_spec else "") + (" FA-quant" if fa_quant else "")
+    return ModelKV(name, tp, build_kv_cache_config(specs, num_blocks), specs, runner_kwargs=kwargs)
 
 
 def deepseek_v32(
@@ -531,6 +568,9 @@ def deepseek_v32(
     *,
     li_c8: bool = False,
     sfa_c8: bool = False,
+    rep: int = 1,
+    indexer_layers: Iterable[int] | None = None,
+    li_c8_layers: Iterable[int] | None = None,
 ) -> ModelKV:
     """DeepSeek-V3.2-Exp (sparse MLA / DSA): 61 layers, each with an indexer key cache.
 
@@ -539,9 +579,14 @@ def deepseek_v32(
     * 0.18 / 0.23: ``AscendMLAAttentionSpec`` with ``sparse_head_dim=(kv_lora_rank 512,
       qk_rope_head_dim 64, index_head_dim 128)`` and ``head_size=704``. ``li_c8`` quantises the
       indexer key (int8 + fp16 scale on A2; 0.18: ``cache_sparse_c8``). ``sfa_c8`` (0.23) is the
-      A5 packed layout: ``sparse_head_dim=(packed, 0, 128)`` where packed = 512 + 64*2 +
+      packed layout: ``sparse_head_dim=(packed, 0, 128)`` where packed = 512 + 64*2 +
       (512/128)*4 = 656 bytes (vllm_ascend/attention/utils.py); its cache dtype is the spec's
       ``c8_k_cache_dtype`` (int8 with the A2 build installed here, fp8 on a real A5);
+    * 0.23 only: ``rep`` = ``sfa_dcp_replicated_indexer_size`` (the DCP size with
+      ``enable_sfa_dcp_replicated_indexer``); ``indexer_layers`` (default all): the layers with an
+      indexer of their own, the others get ``sparse_head_dim=(512, 64, 0)`` (or (656, 0, 0));
+      ``li_c8_layers`` (default all when ``li_c8``): the layers the quant config lists for LI C8
+      (``is_sparse_li_c8_layer``), the others keep a bf16 indexer;
     * 0.11 / 0.13 (``LEGACY_SPARSE``): a plain ``FullAttentionSpec(num_kv_heads=1,
       head_size=576)``, a K+V page of twice the MLA latent; the runner's ``use_sparse`` and the
       sparse backend tell the layers apart. No C8 variants."""
@@ -553,26 +598,38 @@ def deepseek_v32(
         specs = dict.fromkeys(layers, spec)
         kwargs["attention_kind"] = "sfa"
         return ModelKV("DeepSeek-V3.2-Exp", tp, build_kv_cache_config(specs, num_blocks), specs, kwargs)
+    fields = {f.name for f in dataclasses.fields(AscendMLAAttentionSpec)}
+    assert (rep == 1 and indexer_layers is None and li_c8_layers is None) or "cache_sparse_li_c8" in fields, (
+        f"vllm-ascend {ASCEND_VERSION} has no DCP-replicated, per-layer or shared indexers"
+    )
+    assert not sfa_c8 or "cache_sparse_sfa_c8" in fields, f"vllm-ascend {ASCEND_VERSION} has no SFA C8 cache"
+    with_indexer = set(range(61) if indexer_layers is None else indexer_layers)
+    li = set(range(61) if li_c8_layers is None else li_c8_layers) if li_c8 else set()
     if sfa_c8:
         from vllm_ascend.attention.utils import get_sfa_qsfa_packed_head_dim  # noqa: PLC0415
 
-        sparse_head_dim = (get_sfa_qsfa_packed_head_dim(512, 64), 0, 128)
+        latent = (get_sfa_qsfa_packed_head_dim(512, 64), 0)
     else:
-        sparse_head_dim = (512, 64, 128)
-    spec = _spec(
-        AscendMLAAttentionSpec,
-        block_size=block_size,
-        num_kv_heads=1,
-        head_size=sum(sparse_head_dim),
-        sparse_head_dim=sparse_head_dim,
-        dtype=BF16,
-        cache_dtype_str="auto",
-        cache_sparse_sfa_c8=sfa_c8,
-        cache_sparse_li_c8=li_c8,
-        cache_sparse_c8=li_c8,  # 0.18
-    )
-    specs = dict.fromkeys(layers, spec)
-    suffix = "".join(s for s, on in ((" SFA-C8", sfa_c8), (" LI-C8", li_c8)) if on)
+        latent = (512, 64)
+
+    def spec_of(i: int) -> Any:
+        sparse_head_dim = (*latent, 128 if i in with_indexer else 0)
+        return _spec(
+            AscendMLAAttentionSpec,
+            block_size=block_size,
+            num_kv_heads=1,
+            head_size=sum(sparse_head_dim),
+            sparse_head_dim=sparse_head_dim,
+            dtype=BF16,
+            cache_dtype_str="auto",
+            cache_sparse_sfa_c8=sfa_c8,
+            cache_sparse_li_c8=i in li,
+            cache_sparse_c8=i in li,  # 0.18
+            sfa_dcp_replicated_indexer_size=rep,
+        )
+
+    specs = {name: spec_of(i) for i, name in enumerate(layers)}
+    suffix = "".join(s for s, on in ((" SFA-C8", sfa_c8), (" LI-C8", li_c8), (f" DCP-rep{rep}", rep > 1)) if on)
     return ModelKV(
         "DeepSeek-V3.2-Exp" + suffix, tp, build_kv_cache_config(specs, num_blocks), specs, kwargs
     )

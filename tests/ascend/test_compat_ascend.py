@@ -10,9 +10,11 @@ with exact numbers; pure translations are also checked for every release's value
 | DeepSeek V3.2 layers | 0.11 / 0.13: FullAttentionSpec(1, 576), 2x page; 0.18+: MLA spec + sparse_head_dim | ``ascend.legacy_sparse_form``; ``strategies.sparse_mla.normalize_legacy_specs`` |
 | kernel block size | <= 0.13: ``get_supported_block_size``; 0.18+: ``get_supported_kernel_block_sizes`` | ``kernel_block_size`` |
 | format cast of views | 0.11: ``NPUModelRunner._convert_torch_format``; later: none | ``format_converter`` |
-| FA-quant probe | 0.18+: ``vllm_ascend.quantization.utils.enable_fa_quant``; before: none | ``fa_quant_enabled`` |
+| FA-quant probe | 0.18+: ``vllm_ascend.quantization.utils.enable_fa_quant``; before: none | ``fa_quant_enabled``, ``fa_quant_refusal`` |
+| LI C8 key + scale | 0.18: two raw buffers; 0.23: one (``_allocate_sparse_c8_indexer_tensors``) | ``coallocated_groups`` |
+| ``additional_config`` int8 | 0.11 only (BSH layout; MLA refused) | ``bsh_int8_layout``, ``stock_only_reason`` |
 | MLA spec class | 0.18 rebinds ``kv_cache_interface.MLAAttentionSpec`` to its subclass | ``specs.vllm_spec_class``, ``specs.spec_classes`` |
-| sparse C8 flag | 0.18: ``cache_sparse_c8``; 0.23: ``cache_sparse_{sfa,li}_c8`` | ``strategies.base.require_dense_page`` |
+| sparse C8 flag | 0.18: ``cache_sparse_c8``; 0.23: ``cache_sparse_{sfa,li}_c8``, ``sfa_dcp_replicated_indexer_size`` | ``specs.ascend_sparse_quant`` (the dense strategies refuse them) |
 | ``KVCacheTensor`` | ``size`` + ``shared_by`` in all four | ``specs.tensor_layers`` |
 
 Also here: 0.11 stock cannot build sliding-window layers beside full attention (the plugin can),
@@ -240,26 +242,32 @@ def test_format_cast_as_the_release_runner(model):
 
 
 def test_fa_quant_probe():
-    quant = SimpleNamespace(enable_fa_quant=True, get_kv_quant_split_factor=lambda *a: (2, 2))
+    quant = SimpleNamespace(enable_fa_quant=True, is_fa_quant_layer=lambda name: True)
     consumer = KVTransferConfig(kv_connector="MooncakeConnectorV1", kv_role="kv_consumer")
     vllm_config = SimpleNamespace(quant_config=quant, kv_transfer_config=consumer)
     assert facts.fa_quant_enabled(vllm_config) is (R >= (0, 18))
-    runner = rf.qwen3_8b().make_runner()
-    runner.vllm_config.quant_config, runner.vllm_config.kv_transfer_config = quant, consumer
-    reason = facts.stock_only_reason(runner)
-    assert (reason == "quantised attention KV cache (FA quant)") is (R >= (0, 18))
-
-
-def test_int8_bsh_kv_cache_keeps_stock(monkeypatch):
-    """vllm-ascend 0.11's ``additional_config={"kv_cache_dtype": "int8"}`` lays K/V out as BSH."""
     mk = rf.qwen3_8b()
+    runner = mk.make_runner()
+    runner.vllm_config.quant_config, runner.vllm_config.kv_transfer_config = quant, consumer
+    runner.is_kv_consumer = True
+    names = mk.kv_cache_config.kv_cache_groups[0].layer_names
+    # 0.18+: the runner would split Qwen3's attention layers [k, 2v] for FA quant; stock raises
+    # (tests/ascend/test_quant_ascend.py runs it); before 0.18 no release has FA quant
+    reason = facts.stock_only_reason(runner, names)
+    assert (reason is not None and "non-MLA attention" in reason) is (R >= (0, 18))
+    assert facts.stock_only_reason(runner) is None  # no layer the quant config lists
+
+
+def test_int8_bsh_layout_is_read_on_0_11_only():
+    """vllm-ascend 0.11's ``additional_config={"kv_cache_dtype": "int8"}`` lays K/V out as BSH
+    (the ``bsh_attention`` kind, tests/ascend/test_quant_ascend.py); later releases read no such key."""
+    mk = rf.qwen3_8b(dtype=torch.int8)
     runner = mk.make_runner(additional_config={"kv_cache_dtype": "int8"})
-    sentinel = {"stock": True}
-    monkeypatch.setenv("KV_STRATEGIES", "auto")
-    assert AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, mk.kv_cache_config) is sentinel
-    monkeypatch.setenv("KV_STRATEGIES", "on")
-    with pytest.raises(UnsupportedSpecError, match="BSH"):
-        AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, mk.kv_cache_config)
+    assert facts.bsh_int8_layout(runner) is (R < (0, 13))
+    assert facts.bsh_int8_layout(mk.make_runner()) is False
+    assert facts.stock_only_reason(runner) is None
+    plan = AscendAdapter().plan_runner(runner, mk.kv_cache_config).plan
+    assert set(plan.kind_counts()) == {"bsh_attention" if R < (0, 13) else "full_attention"}
 
 
 # -- MLA spec class rebinding, sparse C8 flags ------------------------------------------------
@@ -284,7 +292,7 @@ def test_strategies_serve_vllms_own_mla_spec_class():
 
 
 @pytest.mark.parametrize("flag", ["cache_sparse_c8", "cache_sparse_sfa_c8", "cache_sparse_li_c8"])
-def test_sparse_c8_flags_are_refused(flag):
+def test_sparse_c8_flags_are_read_by_meaning_and_refused_by_the_plain_kinds(flag):
     fields = getattr(rf.AscendMLAAttentionSpec, "__dataclass_fields__", {})
     if flag in fields:  # the release's own spec
         spec = rf.AscendMLAAttentionSpec(
@@ -292,8 +300,18 @@ def test_sparse_c8_flags_are_refused(flag):
         )
     else:  # the other release's form
         spec = SimpleNamespace(block_size=128, num_kv_heads=1, head_size=704, dtype=BF16, **{flag: True})
+    quant = specs.ascend_sparse_quant(spec)
+    assert (quant.li_c8, quant.sfa_c8, quant.replicas) == (flag != "cache_sparse_sfa_c8", flag == "cache_sparse_sfa_c8", 1)
+    assert quant.scale_sized_model is (flag == "cache_sparse_c8")  # 0.18's form
     with pytest.raises(UnsupportedSpecError, match=flag):
         require_dense_page(spec, "sparse_mla")
+
+
+def test_coallocated_groups_per_release():
+    assert facts.coallocated_groups() == (frozenset({"indexer"}) if R >= (0, 23) else frozenset())
+    assert [facts.coallocated_groups(v) for v in ("0.11.0", "0.13.0", "0.18.0", "0.23.0")] == [frozenset()] * 3 + [
+        frozenset({"indexer"})
+    ]
 
 
 # -- sliding window beside full attention ----------------------------------------------------

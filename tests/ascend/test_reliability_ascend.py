@@ -57,12 +57,14 @@ def test_runner_features_the_strategies_do_not_build_keep_stock(monkeypatch, fea
         AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, model.kv_cache_config)
 
 
-def test_quantised_sparse_c8_is_refused_in_on_and_stock_in_auto(monkeypatch):
-    model = rf.deepseek_v32(li_c8=True)
-    runner = model.make_runner()
+def test_fa_quant_on_a_kv_both_instance_is_refused_in_on_and_stock_in_auto(monkeypatch):
+    """Stock raises there (the runner splits for FA quant, the specs stay bf16); the plugin leaves
+    it to stock in auto and names it with on."""
+    model = rf.deepseek_v3()
+    runner = model.make_runner(kv_transfer=True, kv_role="kv_both", quant_config=rf.fa_quant_config(range(61)))
     sentinel = {"stock": True}
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     assert AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, model.kv_cache_config) is sentinel
     monkeypatch.setenv("KV_STRATEGIES", "on")
-    with pytest.raises(UnsupportedSpecError, match="cache_sparse_li_c8"):
+    with pytest.raises(UnsupportedSpecError, match="FA quant.*kv_both"):
         AscendAdapter().initialize_kv_cache_tensors(lambda *a: sentinel, runner, model.kv_cache_config)

@@ -10,8 +10,10 @@ turns them into a ``KVCacheConfig``; for each runner (V1's
 plugin build it, and every layer must come out the same: shape, stride, dtype, storage
 offset, aliasing, binding and bytes allocated (``assert_same`` of test_upstream_adapter).
 Where stock raises, the plugin must raise too. The plugin must plan every config stock
-builds (no fallback warning), except specs the strategies refuse (per-token-head int8),
-which must fall back to stock (the default ``auto``) with one warning and so equal it. Configs vLLM's
+builds (no fallback warning), per-token-head int8 / fp8 / int4 pages (made by the Triton
+backend's ``customize_spec``) included, except specs the strategies refuse (per-token-head
+pages of different K and V widths, which Triton's reader cannot split), which must fall back
+to stock (the default ``auto``) with one warning and so equal it. Configs vLLM's
 planner cannot plan are counted and skipped. Bugs found are pinned by xfail(strict) regression
 tests at the end; the random run counts configs that hit them (``known_bug``) instead of failing.
 
@@ -46,6 +48,9 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
+from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE  # noqa: E402
+from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend  # noqa: E402
+from vllm.v1.kv_cache_interface import get_kv_quant_mode  # noqa: E402
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 
 from vllm_kv_strategies import patching  # noqa: E402
@@ -57,6 +62,13 @@ from vllm_kv_strategies.logger import reset_warn_once  # noqa: E402
 get_kv_cache_groups, get_kv_cache_config_from_groups = kv_cache_planner()
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+PER_TOKEN_HEAD = ("int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
+
+
+def refused_per_token_head(spec) -> bool:
+    """A per-token-head page of different K and V widths: Triton's reader splits the cell in halves."""
+    mode = getattr(spec, "kv_quant_mode", KVQuantMode.NONE)
+    return mode.is_per_token_head and spec.head_size != getattr(spec, "head_size_v", spec.head_size)
 DTYPES = (BF16, FP16, FP32)
 LAYOUTS = ("LBHNC", "LBNHC", "BLHNC")
 EXTRA_LAYOUTS = ("LHBNC", "BLNHC", "BHLNC")
@@ -89,16 +101,18 @@ def attention_family(draw, kind: str, mla_dims: tuple[int, int]):
     head_size = draw(st.sampled_from((8, 16, 32, 64, 128)))
     head_size_v = draw(st.sampled_from((None, None, 8, 32, 64)))
     kw = dict(block_size=block_size, num_kv_heads=heads, head_size=head_size, dtype=dtype)
-    quant = draw(st.sampled_from(("none",) * 6 + ("fp8", "int8_per_token_head")))
+    quant = draw(st.sampled_from(("none",) * 6 + ("fp8", *PER_TOKEN_HEAD)))
     if quant == "fp8":  # dense fp8 pages (per-tensor scales): the plugin builds them
         kw.update(dtype=torch.float8_e4m3fn, kv_quant_mode=KVQuantMode.FP8_PER_TENSOR)
-    elif quant == "int8_per_token_head":  # refused by the strategies: stock for the runner (auto)
-        kw.update(dtype=torch.int8, kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD)
+    elif quant in PER_TOKEN_HEAD:  # inline fp32 scales per token and head (quant_attention)
+        kw.update(dtype=STR_DTYPE_TO_TORCH_DTYPE[quant], kv_quant_mode=get_kv_quant_mode(quant))
     if head_size_v is not None:
         kw["head_size_v"] = head_size_v
     if kind == "swa":
-        return SlidingWindowSpec(sliding_window=draw(st.sampled_from((32, 64, 128))), **kw)
-    return FullAttentionSpec(**kw)
+        spec = SlidingWindowSpec(sliding_window=draw(st.sampled_from((32, 64, 128))), **kw)
+    else:
+        spec = FullAttentionSpec(**kw)
+    return TritonAttentionBackend.customize_spec(spec)  # the page vLLM's GPU runner gives it
 
 
 @st.composite
@@ -193,12 +207,12 @@ def run_case(case: dict, stats: Counter, log) -> None:
     hf = SimpleNamespace(model_type="deepseek_v2", kv_lora_rank=case["mla_dims"][0], qk_rope_head_dim=case["mla_dims"][1])
     object.__setattr__(vllm_config, "model_config", SimpleNamespace(hf_config=hf, hf_text_config=hf))
     names = list(case["specs"])
-    refused = KVQuantMode.INT8_PER_TOKEN_HEAD in {getattr(s, "kv_quant_mode", KVQuantMode.NONE) for s in case["specs"].values()}
+    refused = any(refused_per_token_head(s) for s in case["specs"].values())
     for version in RUNNERS:
         if version == "v2" and case["shared"]:
             continue  # V2 takes cross-layer sharing from real Attention modules (the zoo covers it)
         log.clear()
-        reset_warn_once()  # each build stands for a fresh worker
+        reset_warn_once()  # each runner stands for a worker of its own
         stock_exc = ours_exc = None
         try:
             stock = build(version, vllm_config, config, names, copy.deepcopy(kbs), plugin=False, shared=case["shared"])
@@ -218,7 +232,7 @@ def run_case(case: dict, stats: Counter, log) -> None:
         assert_same(stock, ours)
         warnings = log.at(logging.WARNING)
         if refused:
-            assert len(warnings) == 1 and "INT8_PER_TOKEN_HEAD" in warnings[0], warnings
+            assert len(warnings) == 1 and "_PER_TOKEN_HEAD" in warnings[0] and "head_size_v" in warnings[0], warnings
         else:
             assert warnings == [], f"{version}: the plugin fell back on a config it should plan: {warnings}"
         stats[f"compared {version}"] += 1
@@ -233,7 +247,9 @@ def run_case(case: dict, stats: Counter, log) -> None:
     if KVQuantMode.FP8_PER_TENSOR in modes:
         stats["fp8 pages"] += 1
     if refused:
-        stats["per-token-head int8 (stock fallback)"] += 1
+        stats["per-token-head, K/V widths differ (stock fallback)"] += 1
+    elif any(m.is_per_token_head for m in modes):
+        stats["per-token-head pages"] += 1
     kinds = {type(s).__name__ for s in case["specs"].values()}
     stats["kinds=" + "+".join(sorted(kinds))] += 1
     event("compared")
@@ -323,7 +339,8 @@ def test_property_run_covered_every_kind(stats_of):
     for layout in LAYOUTS:
         assert stats[f"layout={layout}"] > 0, stats
     assert stats["kernel blocks split"] > 0 and stats["cross-layer sharing"] > 0, stats
-    assert stats["fp8 pages"] > 0 and stats["per-token-head int8 (stock fallback)"] > 0, stats
+    assert stats["fp8 pages"] > 0 and stats["per-token-head pages"] > 0, stats
+    assert stats["per-token-head, K/V widths differ (stock fallback)"] > 0, stats
 
 
 # ---------------------------------------------------------------------------------------------

@@ -227,8 +227,14 @@ def test_unknown_spec_message_names_a_test_class(builtins):
 
 def test_describe_lists_kinds_and_their_spec_classes(builtins):
     kinds = {entry.split(" (")[0]: entry.split(" (")[1].rstrip(")").split(", ") for entry in builtins.describe().split("; ")}
-    assert set(kinds) == {"full_attention", "sparse_mla", "mla", "mamba", "hidden_state"}
+    # upstream vLLM: no vllm-ascend spec classes, so no fa_quant_mla / sparse_mla_c8 (skipped, not registered)
+    assert set(kinds) == {
+        "full_attention", "quant_attention", "bsh_attention", "sparse_mla", "fp8_ds_mla", "mla", "mamba", "hidden_state"
+    }
+    assert kinds["bsh_attention"] == ["BSHAttentionSpec"]  # the plugin's restatement (vllm-ascend 0.11's int8 layout)
     assert kinds["full_attention"][:3] == ["FullAttentionSpec", "SlidingWindowSpec", "ChunkedLocalAttentionSpec"]
+    assert kinds["quant_attention"] == kinds["full_attention"]
+    assert kinds["fp8_ds_mla"] == ["MLAAttentionSpec"]
     assert kinds["mla"] == ["MLAAttentionSpec", "SlidingWindowMLASpec"]
     assert kinds["sparse_mla"] == ["MLAAttentionSpec", "SlidingWindowMLASpec", "LegacySparseMLASpec"]
     assert (kinds["mamba"], kinds["hidden_state"]) == (["MambaSpec"], ["HiddenStateCacheSpec"])
@@ -245,7 +251,7 @@ def test_registering_the_same_strategy_twice_is_a_no_op(builtins):
     builtins.register(FullAttentionStrategy)
     builtins.register(FullAttentionStrategy())
     assert builtins.describe() == before
-    assert len(builtins.strategies()) == 5
+    assert len(builtins.strategies()) == 8
     assert builtins.resolve(full()) is first
 
 
@@ -283,7 +289,9 @@ def test_non_strategies_are_a_type_error(bad):
 def test_default_registry_is_built_once_and_reset():
     first = default_registry()
     assert default_registry() is first
-    assert sorted(s.name for s in first.strategies()) == ["full_attention", "hidden_state", "mamba", "mla", "sparse_mla"]
+    assert sorted(s.name for s in first.strategies()) == [
+        "bsh_attention", "fp8_ds_mla", "full_attention", "hidden_state", "mamba", "mla", "quant_attention", "sparse_mla"
+    ]
     reset_default_registry()
     assert default_registry() is not first
 
@@ -430,4 +438,6 @@ def test_broken_entry_points_are_logged_and_refused(third_party, kv_log):
     # The refused greedy strategy serves nothing, not even its own spec.
     with pytest.raises(UnsupportedSpecError, match="GreedySpec"):
         registry.resolve(toy_module.GreedySpec(block_size=16))
-    assert sorted(s.name for s in registry.strategies()) == ["full_attention", "hidden_state", "mamba", "mla", "sparse_mla", "toy"]
+    assert sorted(s.name for s in registry.strategies()) == [
+        "bsh_attention", "fp8_ds_mla", "full_attention", "hidden_state", "mamba", "mla", "quant_attention", "sparse_mla", "toy"
+    ]

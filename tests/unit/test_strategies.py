@@ -218,13 +218,25 @@ def test_sparse_mla_matches_the_indexer_role_only():
     assert not strategy.matches(mla_spec(cache_role=SparseCacheRole.SPARSE))
 
 
-def test_sparse_mla_indexer_layer_is_one_indexer_k_part():
+def test_sparse_mla_fp8_indexer_layer_is_keys_then_scales():
     spec = indexer_spec()
-    # The indexer page needs no model dims.
+    # The indexer page needs no model dims: fp8 keys, then one fp32 scale per 128 keys.
     parts = SparseMLAStrategy().page_parts(spec, NO_DIMS)
-    assert parts_table(parts) == [("indexer_k", U8, (64, 1, 132), 8448)]  # 64 x 132 x 1
+    assert parts_table(parts) == [
+        ("indexer_k", FP8, (64, 1, 128), 8192),  # 64 x 128 x 1
+        ("indexer_scale", FP32, (64, 1, 1), 256),  # 64 x 1 x 4
+    ]
+    assert [(p.kernel_blocks, p.group) for p in parts] == [(False, "indexer")] * 2
     assert SparseMLAStrategy().page_size_bytes(spec, DEEPSEEK) == 8448
     assert spec.real_page_size_bytes == 8448
+
+
+def test_sparse_mla_fp8_indexer_of_another_width():
+    # 256 keys + 2 scales = 264 bytes per token.
+    parts = SparseMLAStrategy().page_parts(indexer_spec(head_size=264), NO_DIMS)
+    assert parts_table(parts) == [("indexer_k", FP8, (64, 1, 256), 16384), ("indexer_scale", FP32, (64, 1, 2), 512)]
+    with pytest.raises(KVCacheLayoutError, match="head_size=130"):
+        SparseMLAStrategy().page_parts(indexer_spec(head_size=130), NO_DIMS)
 
 
 def test_sparse_mla_indexer_with_bf16_heads():

@@ -29,9 +29,10 @@ from typing import Any
 from ..compat import ascend as facts
 from ..compat.matrix import Installed, release_before
 from ..errors import UnsupportedSpecError
-from ..layout.ascend import TensorLayout, layer_views, plan_layout
+from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
+from ..strategies.bsh_attention import restate_bsh
 from ..strategies.sparse_mla import normalize_legacy_specs
 from .base import RunnerAdapter, allocate_bytes
 
@@ -60,18 +61,22 @@ def _zeros(nbytes: int, device: Any, align: bool, layer: str) -> Any:
 
 def allocate(layouts: list[TensorLayout], device: Any, align: bool) -> dict[str, Any]:
     """Raw int8 buffers per layer: one tensor (single layout) or a tuple with
-    one buffer per part. On failure nothing is returned and the buffers of the
-    attempt are released."""
+    one buffer per part, parts of a co-allocated group being slices of one
+    buffer (:func:`~vllm_kv_strategies.layout.ascend.buffer_slices`). On
+    failure nothing is returned and the buffers of the attempt are released."""
     raws: dict[str, Any] = {}
     try:
         for layout in layouts:
             first = layout.layers[0].name
-            buffers = tuple(_zeros(n, device, align, first) for n in layout.buffer_bytes)
-            value = buffers[0] if layout.single else buffers
+            buffers = []
+            for nbytes, slices in buffer_slices(layout):
+                raw = _zeros(nbytes, device, align, first)
+                buffers += [raw[offset : offset + n] for offset, n in slices]
+            value = buffers[0] if layout.single else tuple(buffers)
             raws.update((lp.name, value) for lp in layout.layers)
     except BaseException:
         raws.clear()  # release what this attempt allocated before the error propagates
-        buffers = value = None
+        buffers = value = raw = None
         raise
     return raws
 
@@ -110,13 +115,17 @@ class AscendAdapter(RunnerAdapter):
         """Plan and lay out every layer of ``runner``'s config before anything is
         allocated; raises (see :func:`~vllm_kv_strategies.layout.ascend.plan_layout`)
         if that is not possible."""
-        reason = facts.stock_only_reason(runner)
+        layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
+        reason = facts.stock_only_reason(runner, layer_names)
         if reason is not None:
             raise UnsupportedSpecError(f"the strategies do not build the {reason}")
         forward_context = runner.compilation_config.static_forward_context
-        dims = self.layer_dims(getattr(runner.model_config, "hf_text_config", None), forward_context)
+        model_config = runner.model_config
+        dims = self.layer_dims(getattr(model_config, "hf_text_config", None), forward_context, getattr(model_config, "dtype", None))
         if getattr(runner, "use_sparse", False) and facts.legacy_sparse_form():
             kv_cache_config = normalize_legacy_specs(kv_cache_config, dims, facts.LEGACY_INDEX_HEAD_DIM)
+        if facts.bsh_int8_layout(runner):
+            kv_cache_config = restate_bsh(kv_cache_config)
         plan = plan_kv_cache(
             kv_cache_config,
             dims,
@@ -124,7 +133,9 @@ class AscendAdapter(RunnerAdapter):
             model_layers=forward_context,
         )
         stock_shares = not release_before(Installed.detect().vllm_ascend, "0.13.0")
-        layouts, hybrid = plan_layout(plan, facts.mamba_states_interleaved(), self._kernel_block_sizes(runner), stock_shares)
+        layouts, hybrid = plan_layout(
+            plan, facts.mamba_states_interleaved(), self._kernel_block_sizes(runner), stock_shares, facts.coallocated_groups()
+        )
         return AscendPlan(plan, layouts, hybrid)
 
     def _decide(self, runner: Any, kv_cache_config: Any) -> AscendPlan | None:

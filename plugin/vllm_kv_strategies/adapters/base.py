@@ -111,9 +111,10 @@ class RunnerAdapter:
 
     # -- helpers for replacements -----------------------------------------
     @staticmethod
-    def layer_dims(hf_config: Any, forward_context: dict[str, Any]) -> Callable[[str], ModelDims]:
-        """Per layer: dimensions from its attention module, else the HF config."""
-        return lambda name: ModelDims.from_objects(forward_context.get(name), hf_config)
+    def layer_dims(hf_config: Any, forward_context: dict[str, Any], model_dtype: Any = None) -> Callable[[str], ModelDims]:
+        """Per layer: dimensions from its attention module, else the HF config,
+        and the model's dtype (``model_config.dtype``) where given."""
+        return lambda name: ModelDims.from_objects(forward_context.get(name), hf_config, model_dtype=model_dtype)
 
     def report(self, plan: KVCachePlan | None, kv_caches: dict[str, Any], kv_cache_config: Any, model: Any = None) -> None:
         """The summary line (and the JSON report where asked) of what was built:

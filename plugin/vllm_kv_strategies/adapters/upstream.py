@@ -16,7 +16,7 @@ from typing import Any
 
 from ..compat import upstream as facts
 from ..compat.specs import tensor_layers, tensor_num_blocks
-from ..errors import KVCacheLayoutError
+from ..errors import KVCacheLayoutError, UnsupportedSpecError
 from ..logger import PREFIX, warn_once
 from ..plan import KVCachePlan, plan_kv_cache
 from .base import RunnerAdapter
@@ -57,7 +57,16 @@ def check_tensor_bounds(plan: KVCachePlan, layout: Any) -> None:
                 )
 
 
-def plan_upstream(kv_cache_config: Any, hf_config: Any, forward_context: dict[str, Any], skip: set[str], layout: Any, *, bound_by_name: bool) -> KVCachePlan:
+def plan_upstream(
+    kv_cache_config: Any,
+    hf_config: Any,
+    forward_context: dict[str, Any],
+    skip: set[str],
+    layout: Any,
+    *,
+    bound_by_name: bool,
+    cache_config: Any = None,
+) -> KVCachePlan:
     """The plan of an upstream runner's config, checked before allocation.
 
     Args:
@@ -66,7 +75,21 @@ def plan_upstream(kv_cache_config: Any, hf_config: Any, forward_context: dict[st
             cross-layer KV sharing).
         bound_by_name: the runner binds every config layer by name (V1), so
             layers the model lacks fail there (checked here instead).
+        cache_config: vLLM's ``CacheConfig`` (the ``--kv-cache-dtype`` name).
+
+    Raises:
+        UnsupportedSpecError: the cache dtype is a platform's own
+            (:func:`vllm_kv_strategies.compat.upstream.custom_kv_cache_dtype`),
+            or a layer's spec has no strategy.
+        KVCacheLayoutError: see :func:`~vllm_kv_strategies.plan.plan_kv_cache`
+            and :func:`check_tensor_bounds`.
     """
+    custom = facts.custom_kv_cache_dtype(cache_config)
+    if custom is not None:
+        raise UnsupportedSpecError(
+            f"no KV cache strategy for the platform-registered --kv-cache-dtype {custom!r} "
+            "(KVQuantMode.CUSTOM): its page layout is the platform backend's"
+        )
     plan = plan_kv_cache(
         kv_cache_config,
         RunnerAdapter.layer_dims(hf_config, forward_context),
@@ -97,6 +120,7 @@ class UpstreamV1Adapter(RunnerAdapter):
                 lambda: plan_upstream(
                     kv_cache_config, getattr(runner.model_config, "hf_text_config", None), forward_context, skip,
                     runner.cache_config.get_resolved_kv_cache_layout(), bound_by_name=True,
+                    cache_config=runner.cache_config,
                 )
             )
         kv_caches = stock(runner, kv_cache_config, *args, **kwargs)

@@ -62,6 +62,7 @@ class UpstreamV2Adapter(RunnerAdapter):
                 lambda: plan_upstream(
                     kv_cache_config, vllm_config.model_config.hf_text_config, forward_context, skip,
                     vllm_config.cache_config.get_resolved_kv_cache_layout(), bound_by_name=False,
+                    cache_config=vllm_config.cache_config,
                 )
             )
         kv_caches = stock(forward_context, kv_cache_config, device, kernel_block_sizes, vllm_config, *args, **kwargs)

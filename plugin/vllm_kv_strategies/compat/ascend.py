@@ -9,6 +9,7 @@ release differs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
@@ -71,6 +72,17 @@ _SPLIT_INIT_FROM = "0.13.0"
 #: with ``sparse_head_dim`` rather than the legacy FullAttentionSpec (0.14 -
 #: 0.17 were never checked).
 _SPARSE_SPEC_FROM = "0.18.0"
+#: The first vllm-ascend release that allocates the sparse indexer key and
+#: its scale (LI C8) as one raw buffer (``_allocate_sparse_c8_indexer_tensors``;
+#: 0.18 allocates them apart; 0.19 - 0.22 were never checked).
+_COALLOCATED_INDEXER_FROM = "0.23.0"
+#: Releases before this one read ``additional_config["kv_cache_dtype"]``
+#: (0.11: int8 K/V in a BSH layout; 0.13 and later read no such key).
+_BSH_INT8_BEFORE = "0.13.0"
+#: From this release ``enable_fa_quant(vllm_config)`` itself checks the KV
+#: transfer role (A2: consumers only; A5: any role); before, the runner gates
+#: the FA-quant split on ``runner.is_kv_consumer`` (0.18).
+_FA_QUANT_ROLE_IN_PROBE_FROM = "0.23.0"
 #: Indexer key width vllm-ascend 0.11 and 0.13 hard-code for the legacy sparse
 #: form (used when the model config has no ``index_head_dim``).
 LEGACY_INDEX_HEAD_DIM = 128
@@ -137,6 +149,14 @@ def format_converter(runner: Any) -> Any:
     return getattr(runner, "_convert_torch_format", None)
 
 
+def coallocated_groups(vllm_ascend: str | None = None) -> frozenset[str]:
+    """Part groups (:attr:`~vllm_kv_strategies.strategies.PagePart.group`)
+    a release places in one raw buffer: the LI C8 indexer key and its scale
+    (``"indexer"``) from 0.23 (``NPUModelRunner._allocate_sparse_c8_indexer_tensors``,
+    aligned once with KV transfer), none before."""
+    return frozenset() if _before(_COALLOCATED_INDEXER_FROM, vllm_ascend) else frozenset({"indexer"})
+
+
 def fa_quant_enabled(vllm_config: Any) -> bool:
     """vllm-ascend's ``enable_fa_quant(vllm_config)`` (FA-quantised attention
     KV caches): in ``vllm_ascend.quantization.utils`` from 0.18; False where a
@@ -148,9 +168,44 @@ def fa_quant_enabled(vllm_config: Any) -> bool:
     return bool(enable_fa_quant(vllm_config))
 
 
-def stock_only_reason(runner: Any) -> str | None:
-    """Runner features whose KV cache layouts no strategy builds yet (their
-    layout is a different family), or None."""
+def fa_quant_refusal(runner: Any, layer_names: Iterable[str]) -> str | None:
+    """Where stock crashes on an FA-quant model, what it is; else None.
+
+    The runner splits the cache of each FA-quant layer (the quant config's
+    ``is_fa_quant_layer``) as [k, 2 x v] (``get_kv_quant_split_factor``)
+    when ``enable_fa_quant(vllm_config)`` holds (0.18: and
+    ``runner.is_kv_consumer``), while the layer's spec is the FA-quant form
+    only where ``enable_fa_quant(vllm_config, layer)`` holds (A2: a pure
+    consumer). On a ``kv_both`` instance, or for non-MLA attention (no
+    release builds an FA-quant spec for it), the split does not fit the
+    spec's page and stock raises.
+    """
+    vllm_config = runner.vllm_config
+    quant = getattr(vllm_config, "quant_config", None)
+    if quant is None or not hasattr(quant, "is_fa_quant_layer") or not fa_quant_enabled(vllm_config):
+        return None
+    if _before(_FA_QUANT_ROLE_IN_PROBE_FROM, None) and not getattr(runner, "is_kv_consumer", False):
+        return None
+    split = [name for name in layer_names if quant.is_fa_quant_layer(name)]
+    if not split:
+        return None
+    if not getattr(runner.model_config, "use_mla", False):
+        return f"quantised attention KV cache for non-MLA attention (FA quant, e.g. layer {split[0]!r}; stock raises)"
+    from vllm_ascend.quantization.utils import enable_fa_quant
+
+    plain = [name for name in split if not enable_fa_quant(vllm_config, name)]
+    if plain:
+        role = getattr(vllm_config.kv_transfer_config, "kv_role", None)
+        return (
+            f"quantised attention KV cache (FA quant) on a {role} instance: the runner splits layer "
+            f"{plain[0]!r} for FA quant while its spec stays unquantised (stock raises)"
+        )
+    return None
+
+
+def stock_only_reason(runner: Any, layer_names: Iterable[str] = ()) -> str | None:
+    """Runner features whose KV cache layouts no strategy builds (their layout
+    is a different family, or stock itself fails on them), or None."""
     if getattr(runner, "use_compress", False):
         return "compressed KV cache (use_compress)"
     if getattr(runner, "enable_hamming_sparse", False):
@@ -158,10 +213,22 @@ def stock_only_reason(runner: Any) -> str | None:
     hf = getattr(getattr(runner, "model_config", None), "hf_text_config", None)
     if getattr(hf, "model_type", None) == "deepseek_v4":
         return "DeepSeek V4 KV cache"
-    vllm_config = getattr(runner, "vllm_config", None)
-    quant = getattr(vllm_config, "quant_config", None)
-    if quant is not None and hasattr(quant, "get_kv_quant_split_factor") and fa_quant_enabled(vllm_config):
-        return "quantised attention KV cache (FA quant)"
-    if (getattr(vllm_config, "additional_config", None) or {}).get("kv_cache_dtype") == "int8":
-        return "int8 KV cache in the BSH layout (additional_config kv_cache_dtype=int8)"
+    reason = fa_quant_refusal(runner, layer_names)
+    if reason is not None:
+        return reason
+    mla = getattr(runner, "use_sparse", False) or getattr(getattr(runner, "model_config", None), "use_mla", False)
+    if bsh_int8_layout(runner) and mla:
+        return (
+            "int8 MLA KV cache in vllm-ascend 0.11's BSH layout (additional_config kv_cache_dtype=int8; "
+            "stock raises: AscendMLABackend has no get_bsh_kv_cache_shape)"
+        )
     return None
+
+
+def bsh_int8_layout(runner: Any) -> bool:
+    """Whether the runner views full-attention K/V in the BSH layout:
+    vllm-ascend 0.11 with ``additional_config["kv_cache_dtype"] == "int8"``
+    (``NPUModelRunner.initialize_kv_cache_tensors``; later releases read no
+    such key). The ``bsh_attention`` kind builds it."""
+    additional = getattr(getattr(runner, "vllm_config", None), "additional_config", None) or {}
+    return additional.get("kv_cache_dtype") == "int8" and _before(_BSH_INT8_BEFORE, None)

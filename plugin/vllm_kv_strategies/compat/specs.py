@@ -45,16 +45,49 @@ def spec_classes(*names: str) -> tuple[type, ...]:
 
 def ascend_spec_classes(*names: str) -> tuple[type, ...]:
     """vllm-ascend's own spec classes ``names`` where the installed release
-    defines them (``vllm_ascend.core.kv_cache_interface``); none elsewhere."""
+    defines them: in ``vllm_ascend.core.kv_cache_interface`` (0.23), or bound
+    into vLLM's spec module by a vllm-ascend platform patch (0.18 binds its
+    ``AscendMLAAttentionSpec`` as ``MLAAttentionSpec``); none elsewhere."""
+    found: list[type] = []
     try:
         import vllm_ascend.core.kv_cache_interface as akvi
     except Exception:  # not installed, or a release without the module
-        return ()
-    return tuple(c for c in (getattr(akvi, n, None) for n in names) if isinstance(c, type))
+        akvi = None
+    candidates = [getattr(akvi, n, None) for n in names] + list(vars(_spec_module()).values())
+    for cls in candidates:
+        if (
+            isinstance(cls, type)
+            and cls.__name__ in names
+            and cls.__module__.startswith("vllm_ascend.")
+            and cls not in found
+        ):
+            found.append(cls)
+    return tuple(found)
 
 
 def uniform_type_specs_class() -> type | None:
     return getattr(_spec_module(), "UniformTypeKVCacheSpecs", None)
+
+
+def restate_layer_specs(kv_cache_config: Any, restate: Any) -> Any:
+    """``kv_cache_config`` with each layer's spec replaced by
+    ``restate(layer_name, spec)`` (inside ``UniformTypeKVCacheSpecs``; a
+    group's own spec with its first layer's name), as a shallow copy, or the
+    config itself when nothing changes."""
+    wrapper = uniform_type_specs_class()
+    groups = []
+    for group in kv_cache_config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        if wrapper is not None and isinstance(spec, wrapper):
+            inner = {n: restate(n, s) for n, s in spec.kv_cache_specs.items()}
+            if any(inner[n] is not s for n, s in spec.kv_cache_specs.items()):
+                spec = dataclasses.replace(spec, kv_cache_specs=inner)
+        elif group.layer_names:
+            spec = restate(group.layer_names[0], spec)
+        groups.append(group if spec is group.kv_cache_spec else dataclasses.replace(group, kv_cache_spec=spec))
+    if all(g is h for g, h in zip(groups, kv_cache_config.kv_cache_groups)):
+        return kv_cache_config
+    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)
 
 
 def layer_spec(group_spec: Any, layer_name: str) -> Any:
@@ -130,4 +163,60 @@ def kv_cache_planner() -> tuple[Any, Any]:
             return groups, config
     raise ImportError(
         "vLLM defines no get_kv_cache_groups / get_kv_cache_config_from_groups in " + " or ".join(_PLANNER_MODULES)
+    )
+
+
+# -- vllm-ascend's quantised sparse MLA fields ---------------------------------
+
+#: ``AscendMLAAttentionSpec`` fields that store the sparse indexer key in the
+#: C8 dtype with one scale per token ("LI C8"): 0.18 ``cache_sparse_c8``,
+#: 0.23 ``cache_sparse_li_c8``.
+LI_C8_FIELDS = ("cache_sparse_c8", "cache_sparse_li_c8")
+#: 0.23: the MLA latent packed with its scales in the C8 dtype ("SFA C8", QSFA).
+SFA_C8_FIELD = "cache_sparse_sfa_c8"
+#: 0.23: indexer sub-blocks per block (``decode_context_parallel_size`` with
+#: ``enable_sfa_dcp_replicated_indexer``).
+INDEXER_REPLICAS_FIELD = "sfa_dcp_replicated_indexer_size"
+#: 0.18's LI C8 field: its split (``sparse_kv_cache_ratio``) asserts that the
+#: model dtype and the scale dtype have one size.
+SCALE_SIZED_LI_C8_FIELD = "cache_sparse_c8"
+
+
+@dataclasses.dataclass(frozen=True)
+class AscendSparseQuant:
+    """What a vllm-ascend sparse MLA spec's quantisation fields say.
+
+    Attributes:
+        li_c8: the indexer key is stored in ``key_dtype`` with one
+            ``scale_dtype`` scale per token.
+        sfa_c8: the latent is packed with its scales in ``key_dtype`` (0.23).
+        replicas: indexer sub-blocks per block (0.23 DCP replication; 1 elsewhere).
+        key_dtype, scale_dtype: ``c8_k_cache_dtype`` / ``c8_k_scale_cache_dtype``
+            (0.23: device defaults, int8 / fp16 on A2, fp8_e4m3fn / fp32 on A5).
+        scale_sized_model: the release's split requires ``size(spec.dtype) ==
+            size(scale_dtype)`` (0.18), or stock asserts.
+    """
+
+    li_c8: bool
+    sfa_c8: bool
+    replicas: int
+    key_dtype: Any
+    scale_dtype: Any
+    scale_sized_model: bool
+
+    @property
+    def quantised(self) -> bool:
+        return self.li_c8 or self.sfa_c8
+
+
+def ascend_sparse_quant(spec: Any) -> AscendSparseQuant:
+    """The quantisation fields of ``spec`` under their meaning (absent fields
+    read as off / 1 / None), whatever the release calls them."""
+    return AscendSparseQuant(
+        li_c8=any(bool(getattr(spec, f, False)) for f in LI_C8_FIELDS),
+        sfa_c8=bool(getattr(spec, SFA_C8_FIELD, False)),
+        replicas=int(getattr(spec, INDEXER_REPLICAS_FIELD, 1) or 1),
+        key_dtype=getattr(spec, "c8_k_cache_dtype", None),
+        scale_dtype=getattr(spec, "c8_k_scale_cache_dtype", None),
+        scale_sized_model=bool(getattr(spec, SCALE_SIZED_LI_C8_FIELD, False)),
     )

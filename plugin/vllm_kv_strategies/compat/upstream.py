@@ -13,6 +13,8 @@ anything is allocated, calls them, and reports what was built.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .targets import PatchTarget
 
 V1 = PatchTarget(
@@ -52,3 +54,26 @@ V2 = PatchTarget(
 
 #: Every upstream runner; whichever vLLM picks in a worker gets the plugin.
 TARGETS: tuple[PatchTarget, ...] = (V1, V2)
+
+
+def custom_kv_cache_dtype(cache_config: Any) -> str | None:
+    """The ``--kv-cache-dtype`` name when a platform registered it and left
+    its kernels and layout to its own backend, else None.
+
+    vLLM 0.33 lets a platform register a cache dtype
+    (``register_kv_cache_dtype`` / ``get_kv_cache_dtype_handler``,
+    vllm/config/cache.py); a handler whose ``quant_mode()`` is
+    ``KVQuantMode.CUSTOM`` gives the page whatever layout its backend's
+    ``customize_spec`` publishes. ``CUSTOM`` is an alias of ``OCTAVE_K3V4``
+    (both 12), so only the dtype name says which it is. Releases without the
+    registry (0.32 and before) have no such dtype.
+    """
+    try:
+        from vllm.config.cache import get_kv_cache_dtype_handler
+    except ImportError:
+        return None
+    name = getattr(cache_config, "cache_dtype", None)
+    handler = get_kv_cache_dtype_handler(name) if isinstance(name, str) else None
+    if handler is None or not getattr(handler.quant_mode(), "is_custom_mode", False):
+        return None
+    return name

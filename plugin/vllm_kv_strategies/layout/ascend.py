@@ -10,7 +10,10 @@ tensor serves:
   layer of the tensor aliases those buffers, each in its own shape and kernel
   block size; what must match between them is the bytes per block of each
   part, not the shape (the block pool gives a block to one KV cache group at a
-  time, so aliasing under the same block index is safe).
+  time, so aliasing under the same block index is safe). Parts of a group the
+  release co-allocates (0.23: the LI C8 indexer key and scale) are slices of
+  one buffer; a part of several sub-blocks per block (DCP-replicated indexer)
+  is viewed with ``num_blocks x sub-blocks`` as dim 0.
 * ``STATES`` (Mamba): one raw buffer of the tensor's size, states placed by
   byte offset, state after state (0.13+) or block-interleaved (0.11).
 * ``PLAIN`` (hidden-state cache): one raw buffer viewed as one tensor.
@@ -31,7 +34,7 @@ from typing import Any
 from ..errors import KVCacheLayoutError, StockWouldCorruptError
 from ..logger import PREFIX, logger
 from ..plan import KVCachePlan, LayerPlan
-from ..strategies import LayoutFamily
+from ..strategies import LayoutFamily, PagePart
 
 #: (byte offset of block 0, bytes between blocks, bytes per block) of a view.
 Region = tuple[int, int, int]
@@ -53,6 +56,44 @@ class TensorLayout:
     layers: tuple[LayerPlan, ...]
     buffer_bytes: tuple[int, ...]
     single: bool
+    #: per-part layouts: how many consecutive parts each raw buffer holds
+    #: (:func:`coallocated_runs`); empty: one buffer per part.
+    runs: tuple[int, ...] = ()
+
+
+def coallocated_runs(parts: tuple[PagePart, ...], groups: frozenset[str]) -> tuple[int, ...]:
+    """Consecutive parts of one group in ``groups`` share a raw buffer (the
+    release co-allocates them, e.g. vllm-ascend 0.23's indexer key and scale);
+    every other part has its own. Returns the parts per buffer, in order."""
+    runs: list[int] = []
+    for i, p in enumerate(parts):
+        if i and p.group is not None and p.group in groups and p.group == parts[i - 1].group:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    return tuple(runs)
+
+
+def buffer_slices(layout: TensorLayout) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
+    """The raw buffers of ``layout``: (bytes, ((offset, bytes) of each part it
+    holds)). In a co-allocated buffer each part starts at the end of the one
+    before, rounded up to its dtype's size (as vllm-ascend 0.23's
+    ``_allocate_sparse_c8_indexer_tensors`` places the indexer scale); a
+    single layout is one buffer viewed whole."""
+    if layout.single or not layout.runs:
+        return [(n, ((0, n),)) for n in layout.buffer_bytes]
+    parts = layout.layers[0].parts
+    out, i = [], 0
+    for run in layout.runs:
+        slices, end = [], 0
+        for j in range(i, i + run):
+            size = parts[j].dtype.itemsize
+            start = -(-end // size) * size
+            slices.append((start, layout.buffer_bytes[j]))
+            end = start + layout.buffer_bytes[j]
+        out.append((end, tuple(slices)))
+        i += run
+    return out
 
 
 def part_regions(lp: LayerPlan, num_blocks: int, nbytes: int, interleaved: bool) -> list[Region]:
@@ -121,6 +162,7 @@ def plan_layout(
     interleaved: bool = False,
     kernel_block_sizes: dict[str, int] | None = None,
     stock_shares_buffers: bool = True,
+    coallocated: frozenset[str] = frozenset(),
 ) -> tuple[list[TensorLayout], bool]:
     """Decide every tensor's raw buffers before anything is allocated.
 
@@ -132,6 +174,8 @@ def plan_layout(
         stock_shares_buffers: the release's stock runner lets every layer of a
             tensor alias the first layer's part buffers (0.13+), so parts of
             different bytes per block would corrupt under stock.
+        coallocated: part groups the release places in one raw buffer
+            (:func:`vllm_kv_strategies.compat.ascend.coallocated_groups`).
 
     Returns:
         the layouts (a tensor whose attention layers cannot share its Mamba
@@ -160,7 +204,7 @@ def plan_layout(
                 )
             check_kernel_blocks(lp, kernel_block_sizes.get(lp.name))
         attn = [lp for lp in layers if lp.family is LayoutFamily.PER_PART]
-        if len({tuple(p.nbytes for p in lp.parts) for lp in attn}) > 1:
+        if len({tuple((p.nbytes, p.group) for p in lp.parts) for lp in attn}) > 1:
             error = StockWouldCorruptError if stock_shares_buffers else KVCacheLayoutError
             consequence = (
                 "stock vllm-ascend would alias their buffers under different block indices and corrupt them"
@@ -200,7 +244,8 @@ def plan_layout(
             layouts.append(TensorLayout(tid, whole, (size,), True))
         if attn:
             blocks = size // attn[0].padded_page_bytes
-            layouts.append(TensorLayout(tid, attn, tuple(blocks * p.nbytes for p in attn[0].parts), False))
+            parts = attn[0].parts
+            layouts.append(TensorLayout(tid, attn, tuple(blocks * p.nbytes for p in parts), False, coallocated_runs(parts, coallocated)))
     return layouts, hybrid
 
 
@@ -213,9 +258,9 @@ def _kernel_split(view: Any, block_size: int, kernel_block_size: int | None) -> 
 def layer_views(
     lp: LayerPlan, raw: Any, num_blocks: int, kernel_block_size: int | None, interleaved: bool = False
 ) -> list[Any]:
-    """Typed views of one layer, ``(num_blocks, *part.shape)`` each (attention
-    parts split into kernel blocks where ``kernel_block_size`` is smaller than
-    the block).
+    """Typed views of one layer, ``(num_blocks * part.blocks, *part.shape)``
+    each (attention parts split into kernel blocks where ``kernel_block_size``
+    is smaller than the block).
 
     ``raw`` is a tuple with one int8 buffer per part, or one int8 buffer
     holding all parts where :func:`part_regions` puts them.
@@ -237,9 +282,11 @@ def layer_views(
             step = p.dtype.itemsize
             typed = raw[: nbytes - nbytes % step].view(p.dtype)  # a tail shorter than one element is never viewed
             inner = tuple(math.prod(p.shape[i + 1 :]) for i in range(len(p.shape)))
-            chunks.append(
-                typed.as_strided((num_blocks, *p.shape), (stride // step, *inner), typed.storage_offset() + offset // step)
-            )
+            shape, strides = (num_blocks, *p.shape), (stride // step, *inner)
+            if p.blocks > 1:  # sub-blocks of one block lie back to back
+                shape, strides = (num_blocks, p.blocks, *p.shape), (stride // step, math.prod(p.shape), *inner)
+            view = typed.as_strided(shape, strides, typed.storage_offset() + offset // step)
+            chunks.append(view.view(num_blocks * p.blocks, *p.shape) if p.blocks > 1 else view)  # raises if not one run
     # part buffers hold the parts only; one buffer holds whole (padded) pages
     if nbytes // (lp.page_bytes if isinstance(raw, tuple) else lp.padded_page_bytes) < num_blocks:
         raise KVCacheLayoutError(f"{lp.describe()}: {nbytes} bytes hold fewer than {num_blocks} blocks")

@@ -1,16 +1,29 @@
 """Built-in strategies, one module per KV cache spec kind, and the spec
 classes no strategy lays out (refused, with the reason)."""
 
-from .base import KVCacheStrategy, LayoutFamily, ModelDims, PagePart
+from .base import Field, KVCacheStrategy, LayoutFamily, ModelDims, PagePart
+from .bsh_attention import BSHAttentionStrategy
+from .ds_mla import DSMLAStrategy
+from .fa_quant_mla import FAQuantMLAStrategy
 from .full_attention import FullAttentionStrategy
 from .hidden_state import HiddenStateStrategy
 from .mamba import MambaStrategy
 from .mla import MLAStrategy
+from .quant_attention import QuantAttentionStrategy
 from .sparse_mla import SparseMLAStrategy
+from .sparse_mla_c8 import SparseMLAC8Strategy
 
+#: Within one spec class, strategies with a ``matches`` predicate are tried in
+#: this order before the plain one: the quantised sparse MLA kind before the
+#: sparse one (both match ``sparse_head_dim``; the sparse one refuses C8 pages).
 BUILTIN_STRATEGIES: tuple[type[KVCacheStrategy], ...] = (
     FullAttentionStrategy,
+    QuantAttentionStrategy,
+    BSHAttentionStrategy,
     MLAStrategy,
+    FAQuantMLAStrategy,
+    DSMLAStrategy,
+    SparseMLAC8Strategy,
     SparseMLAStrategy,
     MambaStrategy,
     HiddenStateStrategy,
@@ -32,7 +45,11 @@ REFUSED_SPEC_CLASSES: dict[str, str] = {
 NOT_LAYER_SPECS: frozenset[str] = frozenset({"KVCacheSpec", "AttentionSpec", "UniformTypeKVCacheSpecs"})
 
 __all__ = [
+    "BSHAttentionStrategy",
     "BUILTIN_STRATEGIES",
+    "DSMLAStrategy",
+    "FAQuantMLAStrategy",
+    "Field",
     "NOT_LAYER_SPECS",
     "REFUSED_SPEC_CLASSES",
     "FullAttentionStrategy",
@@ -43,5 +60,7 @@ __all__ = [
     "MambaStrategy",
     "ModelDims",
     "PagePart",
+    "QuantAttentionStrategy",
+    "SparseMLAC8Strategy",
     "SparseMLAStrategy",
 ]

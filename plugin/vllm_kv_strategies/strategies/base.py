@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..compat.specs import LI_C8_FIELDS, SFA_C8_FIELD
 from ..errors import UnsupportedSpecError
 
 if TYPE_CHECKING:
@@ -41,6 +42,24 @@ class LayoutFamily(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class Field:
+    """One field of a packed row: ``width`` elements of ``dtype``.
+
+    A quantised cell stores its data, its scales and the dimensions left
+    unquantised side by side, token by token (vLLM's ``fp8_ds_mla``: fp8
+    nope, fp32 scales, bf16 rope); a part's :attr:`PagePart.fields` name them.
+    """
+
+    name: str
+    dtype: torch.dtype
+    width: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.width * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
 class PagePart:
     """One part of a KV cache page.
 
@@ -50,40 +69,69 @@ class PagePart:
         dtype: element dtype of the part's view.
         shape: per-block shape in elements, e.g. ``(block_size, num_kv_heads,
             head_size)``. A cache of ``num_blocks`` blocks views the part as
-            ``(num_blocks, *shape)``.
+            ``(num_blocks * blocks, *shape)``.
         kernel_blocks: whether runners that split a block into kernel blocks
             (``shape[0]`` tokens into ``shape[0] // k`` blocks of ``k``) split
             this part; the sparse-MLA indexer cache keeps whole blocks.
+        blocks: sub-blocks of ``shape`` per block (vllm-ascend's DCP-replicated
+            sparse indexer holds one per DCP rank: its view's dim 0 is
+            ``num_blocks * blocks``).
+        group: parts that belong together (an indexer key and its scale). A
+            release's layout may place a group in one raw buffer
+            (:func:`vllm_kv_strategies.compat.ascend.coallocated_groups`).
+        fields: what each row of the last dimension packs, in storage order
+            (quantised cells: data, scales, unquantised dims); their bytes add
+            up to one row. Empty for a plain part.
+
+    Raises:
+        ValueError: ``fields`` do not add up to one row, or ``blocks`` < 1.
     """
 
     name: str
     dtype: torch.dtype
     shape: tuple[int, ...]
     kernel_blocks: bool = True
+    blocks: int = 1
+    group: str | None = None
+    fields: tuple[Field, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.blocks < 1:
+            raise ValueError(f"part {self.name}: blocks {self.blocks} < 1")
+        row = self.shape[-1] * self.dtype.itemsize if self.shape else 0
+        if self.fields and sum(f.nbytes for f in self.fields) != row:
+            raise ValueError(
+                f"part {self.name}: fields {[(f.name, f.nbytes) for f in self.fields]} do not add up to "
+                f"its {row}-byte row ({self.shape[-1]} x {self.dtype})"
+            )
 
     @property
     def nbytes(self) -> int:
         """Bytes per block."""
-        return prod(self.shape) * self.dtype.itemsize
+        return self.blocks * prod(self.shape) * self.dtype.itemsize
 
 
 @dataclass(frozen=True)
 class ModelDims:
-    """Model dimensions that some specs do not carry themselves (elements).
+    """Model facts that some specs do not carry themselves.
 
     Upstream ``MLAAttentionSpec`` stores only ``head_size = kv_lora_rank +
-    qk_rope_head_dim``; the split comes from the model's config.
+    qk_rope_head_dim`` (elements); the split comes from the model's config.
+    vllm-ascend's FA-quant MLA spec counts its unquantised rope in bytes of
+    the model's dtype (``model_dtype``).
     """
 
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     index_head_dim: int | None = None
+    model_dtype: torch.dtype | None = None
 
     @classmethod
-    def from_objects(cls, *sources: Any) -> ModelDims:
-        """Each field from the first source that has it as an int, e.g. the
+    def from_objects(cls, *sources: Any, model_dtype: torch.dtype | None = None) -> ModelDims:
+        """Each width from the first source that has it as an int, e.g. the
         layer's attention module (vLLM's ``MLAAttention`` carries
-        ``kv_lora_rank``), then the model's HF config."""
+        ``kv_lora_rank``), then the model's HF config; ``model_dtype`` as
+        given (the model config's ``dtype``)."""
 
         def get(name: str) -> int | None:
             for source in sources:
@@ -92,7 +140,7 @@ class ModelDims:
                     return value
             return None
 
-        return cls(get("kv_lora_rank"), get("qk_rope_head_dim"), get("index_head_dim"))
+        return cls(get("kv_lora_rank"), get("qk_rope_head_dim"), get("index_head_dim"), model_dtype)
 
 
 class KVCacheStrategy(ABC):
@@ -147,14 +195,14 @@ class KVCacheStrategy(ABC):
 #: elements (vLLM 0.32+), with their plain values.
 _PACKING_FIELDS = (("num_head_slots", None), ("state_content_bytes", None), ("tokens_per_state", 1))
 #: vllm-ascend's ``AscendMLAAttentionSpec`` fields of quantised (C8) sparse
-#: caches, indexer scales and DCP-replicated indexers, with their plain values.
+#: caches (the ``sparse_mla_c8`` kind) and of indexer scales in the page
+#: (``scale_dim``: DeepSeek V4's compressed cache, refused), with their plain values.
 _ASCEND_QUANT_FIELDS = (
-    ("cache_sparse_c8", False),
-    ("cache_sparse_sfa_c8", False),
-    ("cache_sparse_li_c8", False),
+    *((name, False) for name in (*LI_C8_FIELDS, SFA_C8_FIELD)),
     ("scale_dim", 0),
-    ("sfa_dcp_replicated_indexer_size", 1),
 )
+#: Modes whose page is plain K/V elements (a per-tensor scale lives outside the cache).
+_PLAIN_MODES = ("NONE", "FP8_PER_TENSOR")
 
 
 def require_dense_page(spec: Any, kind: str) -> None:
@@ -164,8 +212,10 @@ def require_dense_page(spec: Any, kind: str) -> None:
         UnsupportedSpecError: the spec packs its page (``num_head_slots``,
             ``state_content_bytes``, ``tokens_per_state`` != 1, a packed
             ``cache_dtype_str`` such as ``fp8_ds_mla``), stores per-token
-            quantisation scales (``kv_quant_mode``), or is one of
-            vllm-ascend's quantised sparse caches.
+            quantisation scales (``kv_quant_mode``; the ``quant_attention``
+            kind lays out the per-token-head modes of dense attention), or is
+            one of vllm-ascend's quantised sparse caches (``sparse_mla_c8``)
+            or DeepSeek V4's indexer scales (``scale_dim``).
     """
     packed = {
         name: getattr(spec, name)
@@ -173,7 +223,7 @@ def require_dense_page(spec: Any, kind: str) -> None:
         if getattr(spec, name, plain) != plain
     }
     mode = getattr(spec, "kv_quant_mode", None)
-    if mode is not None and mode.name not in ("NONE", "FP8_PER_TENSOR"):
+    if mode is not None and mode.name not in _PLAIN_MODES:
         packed["kv_quant_mode"] = mode.name
     cache_dtype = getattr(spec, "cache_dtype_str", None)
     dense_dtype = cache_dtype in (None, "auto", "bfloat16", "float16", "float32") or (

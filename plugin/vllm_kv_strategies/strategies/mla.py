@@ -22,7 +22,7 @@ ASCEND_SPEC_CLASS_NAMES = ("AscendMLAAttentionSpec", "AscendSlidingWindowMLASpec
 
 def mla_spec_types() -> tuple[type, ...]:
     """Every MLA spec class of the installed releases."""
-    return (*spec_classes(*SPEC_CLASS_NAMES), *ascend_spec_classes(*ASCEND_SPEC_CLASS_NAMES))
+    return tuple(dict.fromkeys((*spec_classes(*SPEC_CLASS_NAMES), *ascend_spec_classes(*ASCEND_SPEC_CLASS_NAMES))))
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,6 @@ class MLASplit:
     nope: int
     rope: int
     indexer: int = 0
-    indexer_heads: int = 1
-    indexer_dtype: Any = None
 
 
 def mla_split(spec: Any, dims: ModelDims) -> MLASplit:

@@ -4,14 +4,24 @@ Three forms reach this strategy:
 
 * a layer that stores nope + rope + the indexer key cache in one page
   (vllm-ascend's MLA spec with ``sparse_head_dim`` = (nope, rope, indexer));
+  with vllm-ascend 0.23's DCP-replicated indexer
+  (``sfa_dcp_replicated_indexer_size`` = r) a block holds r indexer
+  sub-blocks: page = block_size x (nope + rope + r x indexer) x dtype size
+  (``AscendMLAAttentionSpec.page_size_bytes``, vllm_ascend/core/kv_cache_interface.py);
 * vllm-ascend's legacy form up to 0.13: a ``FullAttentionSpec`` of twice the
   MLA page (``num_kv_heads=1``, ``head_size=kv_lora_rank+qk_rope_head_dim``),
   restated by :func:`normalize_legacy_specs` as :class:`LegacySparseMLASpec`
   before planning;
 * an indexer-only layer (upstream vLLM: ``MLAAttentionSpec`` with
-  ``cache_role=INDEXER``), whose page is the indexer key cache alone.
+  ``cache_role=INDEXER``), whose page is the indexer key cache alone. vLLM
+  stores it in fp8 with one fp32 scale per 128 values (``uint8`` spec of
+  head_size 128 + 4 = 132, ``DeepseekV32IndexerCache`` in
+  vllm/model_executor/models/deepseek_v2.py): per block the fp8 keys
+  (block_size x 128 bytes), then the scales (block_size x 4 bytes), as the
+  indexer's cache writer ``indexer_k_quant_and_cache`` places them.
 
-The indexer key cache is (block_size, 1, index_head_dim) per block.
+The indexer key cache is (block_size, 1, index_head_dim) per block (sub-block).
+The quantised Ascend forms (C8) are the ``sparse_mla_c8`` kind.
 """
 
 from __future__ import annotations
@@ -20,7 +30,9 @@ import dataclasses
 from functools import cache
 from typing import Any
 
-from ..compat.specs import uniform_type_specs_class, vllm_spec_class
+import torch
+
+from ..compat.specs import ascend_sparse_quant, restate_layer_specs, vllm_spec_class
 from ..errors import KVCacheLayoutError
 from .base import KVCacheStrategy, ModelDims, PagePart, require_dense_page
 from .mla import MLASplit, mla_spec_types
@@ -44,13 +56,12 @@ def is_sparse_mla(spec: Any) -> bool:
 
 
 def sparse_split(spec: Any) -> MLASplit:
-    """Widths of a sparse spec's parts (elements per token and head).
+    """Widths of a vllm-ascend sparse spec's parts (elements per token and
+    head): ``sparse_head_dim`` = (nope, rope, indexer).
 
     Raises:
         KVCacheLayoutError: nope + rope + indexer != head_size.
     """
-    if is_indexer(spec):
-        return MLASplit(0, 0, spec.head_size, spec.num_kv_heads, spec.dtype)
     nope, rope, *rest = _ascend_sparse_dims(spec)
     split = MLASplit(nope, rope, rest[0] if rest else 0)
     if nope + rope + split.indexer != spec.head_size:
@@ -59,6 +70,39 @@ def sparse_split(spec: Any) -> MLASplit:
             f"rope {rope} + indexer {split.indexer}"
         )
     return split
+
+
+#: Values per fp32 scale of vLLM's fp8 indexer key cache (``quant_block_size``).
+FP8_INDEXER_BLOCK = 128
+
+
+def indexer_key(spec: Any, width: int, dtype: Any, replicas: int = 1, group: str | None = None) -> PagePart:
+    """``indexer_k``: (block_size, num_kv_heads, width) per (sub-)block,
+    never split into kernel blocks (``replicas`` sub-blocks per block)."""
+    shape = (spec.block_size, spec.num_kv_heads, width)
+    return PagePart("indexer_k", dtype, shape, kernel_blocks=False, blocks=replicas, group=group)
+
+
+def fp8_indexer_parts(spec: Any) -> tuple[PagePart, ...]:
+    """vLLM's fp8 indexer page (a ``uint8`` indexer spec of head_size
+    ``d + d / 128 x 4``): ``indexer_k`` fp8 (block_size, H, d), then
+    ``indexer_scale`` fp32 (block_size, H, d / 128).
+
+    Raises:
+        KVCacheLayoutError: head_size is not of that form.
+    """
+    width = spec.head_size * FP8_INDEXER_BLOCK // (FP8_INDEXER_BLOCK + 4)
+    scales = width // FP8_INDEXER_BLOCK
+    if width % FP8_INDEXER_BLOCK or width + 4 * scales != spec.head_size:
+        raise KVCacheLayoutError(
+            f"indexer spec {type(spec).__name__}(head_size={spec.head_size}, dtype={spec.dtype}): not "
+            f"{FP8_INDEXER_BLOCK}-value fp8 groups each followed by a 4-byte scale"
+        )
+    rows = (spec.block_size, spec.num_kv_heads)
+    return (
+        PagePart("indexer_k", torch.float8_e4m3fn, (*rows, width), kernel_blocks=False, group="indexer"),
+        PagePart("indexer_scale", torch.float32, (*rows, scales), kernel_blocks=False, group="indexer"),
+    )
 
 
 class SparseMLAStrategy(KVCacheStrategy):
@@ -73,15 +117,21 @@ class SparseMLAStrategy(KVCacheStrategy):
 
     def page_parts(self, spec: Any, dims: ModelDims) -> tuple[PagePart, ...]:
         """nope, rope (as the MLA strategy) and ``indexer_k``
-        (block_size, 1, index_head_dim); an indexer-only layer has just
-        ``indexer_k`` (block_size, num_kv_heads, head_size). A sparse layer
-        whose indexer is shared from another layer gets no ``indexer_k``.
+        (block_size, 1, index_head_dim) x the DCP replicas per block; an
+        indexer-only layer has just its indexer (fp8 keys and their scales,
+        see :func:`fp8_indexer_parts`, or one ``indexer_k`` (block_size,
+        num_kv_heads, head_size) in another dtype). A sparse layer whose
+        indexer is shared from another layer gets no ``indexer_k``.
 
         Raises:
             KVCacheLayoutError: the widths do not add up to ``head_size``.
             UnsupportedSpecError: quantised (C8) or packed pages.
         """
         require_dense_page(spec, self.name)
+        if is_indexer(spec):
+            if spec.dtype == torch.uint8:
+                return fp8_indexer_parts(spec)
+            return (PagePart("indexer_k", spec.dtype, (spec.block_size, spec.num_kv_heads, spec.head_size), kernel_blocks=False),)
         split = sparse_split(spec)
         parts = []
         if split.nope or split.rope:
@@ -91,8 +141,7 @@ class SparseMLAStrategy(KVCacheStrategy):
                 PagePart("rope", spec.dtype, (*rows, split.rope)),
             ]
         if split.indexer:
-            shape = (spec.block_size, split.indexer_heads, split.indexer)
-            parts.append(PagePart("indexer_k", split.indexer_dtype or spec.dtype, shape, kernel_blocks=False))
+            parts.append(indexer_key(spec, split.indexer, spec.dtype, ascend_sparse_quant(spec).replicas))
         return tuple(parts)
 
 
@@ -170,17 +219,4 @@ def normalize_legacy_specs(kv_cache_config: Any, dims: Any, index_head_dim: int)
     :func:`legacy_sparse_mla` (a shallow copy), or the config itself when
     nothing changes. Call it only for a runner with ``use_sparse`` on a
     release with the legacy form. ``dims``: layer name -> ``ModelDims``."""
-    wrapper = uniform_type_specs_class()
-    groups = []
-    for group in kv_cache_config.kv_cache_groups:
-        spec = group.kv_cache_spec
-        if wrapper is not None and isinstance(spec, wrapper):
-            inner = {n: legacy_sparse_mla(s, dims(n), index_head_dim) for n, s in spec.kv_cache_specs.items()}
-            if any(inner[n] is not s for n, s in spec.kv_cache_specs.items()):
-                spec = dataclasses.replace(spec, kv_cache_specs=inner)
-        elif group.layer_names:
-            spec = legacy_sparse_mla(spec, dims(group.layer_names[0]), index_head_dim)
-        groups.append(group if spec is group.kv_cache_spec else dataclasses.replace(group, kv_cache_spec=spec))
-    if all(g is h for g, h in zip(groups, kv_cache_config.kv_cache_groups)):
-        return kv_cache_config
-    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)
+    return restate_layer_specs(kv_cache_config, lambda name, spec: legacy_sparse_mla(spec, dims(name), index_head_dim))
