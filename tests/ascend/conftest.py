@@ -65,6 +65,7 @@ else:
         "test_doctor_ascend.py",
         "test_spec_census.py",
         "test_third_party_kind.py",
+        "test_hybrid_sizing.py",
     }
 
     if ASCEND_VERSION != "0.23.0":
