@@ -37,7 +37,8 @@ from vllm_kv_strategies.adapters.ascend import AscendAdapter
 from vllm_kv_strategies.compat import ascend as facts
 from vllm_kv_strategies.compat import specs
 from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
-from vllm_kv_strategies.layout.ascend import crosses_blocks, shares_block_consistently, states_in_kv_page
+from vllm_kv_strategies.layout.ascend import crosses_blocks, shares_block_consistently
+from vllm_kv_strategies.layout.hybrid_kv import states_in_kv_page
 from vllm_kv_strategies.strategies.base import require_dense_page
 from vllm_kv_strategies.strategies.mla import mla_spec_types
 from vllm_kv_strategies.strategies.sparse_mla import legacy_sparse_mla, normalize_legacy_specs

@@ -50,7 +50,8 @@ from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.adapters.ascend_sizing import HybridSizingAdapter
 from vllm_kv_strategies.compat import ascend as facts
 from vllm_kv_strategies.errors import KVCacheLayoutError
-from vllm_kv_strategies.layout.ascend import kv_block_sizing, shares_block_consistently, states_in_kv_page
+from vllm_kv_strategies.layout.ascend import shares_block_consistently
+from vllm_kv_strategies.layout.hybrid_kv import kv_block_sizing, states_in_kv_page
 from vllm_kv_strategies.plan import plan_kv_cache
 from vllm_kv_strategies.strategies import ModelDims, PagePart
 
@@ -349,6 +350,24 @@ def test_a_block_size_the_kernels_cannot_take_keeps_stock_with_one_warning(kv_lo
     assert "state ssm of 1048576 bytes holds 64 tokens of 16384 K bytes, not a whole number of 128-token kernel blocks" in warning
 
 
+@needs_sizing
+def test_an_unexpected_sizing_error_warns_in_auto_and_raises_in_on(monkeypatch, kv_log):
+    from vllm_kv_strategies.adapters import ascend_sizing
+
+    def broken(vllm_config):
+        raise RuntimeError("model class without Mamba state shapes")
+
+    monkeypatch.setattr(ascend_sizing, "mamba_states", broken)
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    notes = rf.qwen3_next(tp=4, num_blocks=2, plugin_sizing=True).notes
+    assert (notes["attn_block_size"], notes["mamba_page_size_padded"]) == (384, 393_216)
+    [warning] = messages(kv_log, logging.WARNING)
+    assert "hybrid page sizing left as vllm-ascend sets it: RuntimeError('model class without Mamba state shapes')" in warning
+    monkeypatch.setenv("KV_STRATEGIES", "on")
+    with pytest.raises(RuntimeError, match="without Mamba state shapes"):
+        rf.qwen3_next(tp=4, num_blocks=2, plugin_sizing=True)
+
+
 def test_kv_block_sizing_rules():
     conv, ssm = PagePart("conv", BF16, (3, 2048)), PagePart("ssm", BF16, (8, 128, 128))
     assert kv_block_sizing(512, (conv, ssm), 128) == (512, 524_288)
@@ -414,6 +433,32 @@ def test_plan_and_layout_agree_at_exactly_the_budget(model, tp, kv_transfer):
         if isinstance(ours[name], tuple):
             assert [t.stride() for t in ours[name]] == [t.stride() for t in stock[name]], name
     assert sum(storages(stock).values()) == STOCK_FACTOR * budget
+
+
+@needs_sizing
+@pytest.mark.parametrize("num_spec", [1, 3])
+def test_mtp_draft_layer_and_its_larger_conv_state(num_spec):
+    """Qwen3-Next TP4 with one MTP draft attention layer and ``num_spec`` speculative tokens, as
+    the plugin sizes it (block 512, Mamba page 524,288; the conv state grows to (3 + num_spec,
+    2048): 16,384 or 24,576 bytes, still inside a V block). vLLM's planner gives 13 tensors of
+    1,048,576 at N = 2 (one serves the draft layer alone): budget 13,631,488, allocated exactly."""
+    attn = FullAttentionSpec(block_size=512, num_kv_heads=1, head_size=256, dtype=BF16)
+    shapes = ((3 + num_spec, 2048), (8, 128, 128))
+    states = tuple(PagePart(n, BF16, s) for n, s in zip(("conv", "ssm"), shapes))
+    assert kv_block_sizing(512, states, 128) == (512, 524_288)
+    mamba = rf._spec(
+        MambaSpec, block_size=512, shapes=shapes, dtypes=(BF16, BF16), page_size_padded=524_288,
+        mamba_type=rf.gdn_mamba_type(), num_speculative_blocks=num_spec, mamba_cache_mode="none",
+    )
+    specs = {f"model.layers.{i}.self_attn.attn": attn for i in range(3, 48, 4)}
+    specs["model.mtp.layers.0.self_attn.attn"] = attn
+    specs.update({f"model.layers.{i}.linear_attn": mamba for i in range(48) if (i + 1) % 4})
+    config = rf.build_kv_cache_config(specs, 2, max_model_len=512)
+    assert [t.size for t in config.kv_cache_tensors] == [1_048_576] * 13
+    assert sorted(len(t.shared_by) for t in config.kv_cache_tensors) == [1] + [4] * 12
+    kv = plugin_init(rf.make_runner(config, model_type="qwen3_next"), config)
+    assert sum(storages(kv).values()) == 13_631_488
+    assert assert_block_consistent(kv, config) == 12 * 2 * (262_144 + math.prod(shapes[0]) * 2)
 
 
 @needs_sizing

@@ -14,10 +14,10 @@ What it changes: vllm-ascend's sizing runs first, unchanged. Then, for a
 hybrid of an allow-listed model type (``compat.ascend.SIZED_HYBRID_MODEL_TYPES``)
 whose block size the user did not set, the attention block becomes
 ``ssm state bytes / K bytes per token`` and the Mamba page is padded to
-``2 x ssm state bytes`` (:func:`~vllm_kv_strategies.layout.ascend.kv_block_sizing`):
+``2 x ssm state bytes`` (:func:`~vllm_kv_strategies.layout.hybrid_kv.kv_block_sizing`):
 a K page is the ssm state and an attention page is a padded Mamba page, so the
 worker puts the ssm state of block j in K block j and the conv state at the
-start of V block j (:func:`~vllm_kv_strategies.layout.ascend.states_in_kv_page`),
+start of V block j (:func:`~vllm_kv_strategies.layout.hybrid_kv.states_in_kv_page`),
 and allocates exactly what the planner budgeted. Qwen3-Next-80B: TP1 / TP2
 640 -> 1024 tokens, TP4 384 -> 512, TP8 256 (unchanged: stock already gives
 K page == ssm there).
@@ -36,7 +36,7 @@ from typing import Any
 from .. import envs
 from ..compat import ascend as facts
 from ..errors import KVCacheLayoutError
-from ..layout.ascend import kv_block_sizing
+from ..layout.hybrid_kv import kv_block_sizing
 from ..logger import PREFIX, logger, warn_once
 from ..strategies import FullAttentionStrategy, MambaStrategy, ModelDims, PagePart
 from .base import RunnerAdapter
@@ -126,10 +126,17 @@ class HybridSizingAdapter(RunnerAdapter):
         with one INFO line when the config keeps them, with one warning when
         the model's states give a block size the release's kernels cannot take.
 
+        Args:
+            stock: vllm-ascend's classmethod, bound to ``cls``.
+            cls: the class the call went through (``HybridAttentionMambaModelConfig``).
+            vllm_config: the ``VllmConfig`` being built (``__post_init__``).
+
         Raises:
-            whatever vllm-ascend's sizing raises; with ``KV_STRATEGIES=on``
-            also an unexpected error of the plugin's sizing (``auto`` logs it
-            as a warning and keeps vllm-ascend's values).
+            Exception: what vllm-ascend's sizing raises, unchanged; with
+                ``KV_STRATEGIES=on`` also an unexpected error of the plugin's
+                own sizing (``auto`` logs it as a warning and keeps
+                vllm-ascend's values). A block size the kernels cannot take
+                is never an error.
         """
         cache_config = vllm_config.cache_config
         user_block_size = cache_config.block_size

@@ -18,8 +18,8 @@ tensor serves:
   PR #6887): one buffer, Mamba states from byte 0 and the attention parts
   packed at its end, when that is block-consistent (0.18+ sizing: page = 2 K
   pages + conv); or, where the Mamba page is 2 K pages and the largest state
-  is one K page (:func:`states_in_kv_page`, the sizing of
-  :func:`kv_block_sizing`), the states inside the K/V blocks of their own
+  is one K page (:mod:`.hybrid_kv`: the placement and the sizing that gives
+  it, vllm-ascend 0.11 / 0.13), the states inside the K/V blocks of their own
   index: the largest aliases K block j, the others fill the start of V block
   j. Otherwise the attention layers get buffers of their own and the Mamba
   layers still share one.
@@ -36,10 +36,8 @@ from typing import Any
 from ..errors import KVCacheLayoutError, StockWouldCorruptError
 from ..logger import PREFIX, logger
 from ..plan import KVCachePlan, LayerPlan
-from ..strategies import LayoutFamily, PagePart
-
-#: (byte offset of block 0, bytes between blocks, bytes per block) of a view.
-Region = tuple[int, int, int]
+from ..strategies import LayoutFamily
+from .hybrid_kv import Region, state_regions_in_kv, states_in_kv_page
 
 
 @dataclass(frozen=True)
@@ -63,103 +61,6 @@ class TensorLayout:
     kv_page: int | None = None
 
 
-def _kv_misfit(parts: tuple[PagePart, ...], k_page: int) -> str | None:
-    """Why Mamba states of ``parts`` cannot lie inside K/V blocks of
-    ``k_page`` bytes (the largest state as the K block, the others one after
-    another from the start of the V block), or None when they can."""
-    if len(parts) < 2:
-        return f"{len(parts)} state(s); the placement needs two or more"
-    big = _largest(parts)
-    if parts[big].nbytes != k_page:
-        return f"largest state {parts[big].name} is {parts[big].nbytes} bytes, not the {k_page}-byte K page"
-    offset = 0
-    for i, p in enumerate(parts):
-        if i == big:
-            continue
-        if offset % p.dtype.itemsize or k_page % p.dtype.itemsize:
-            return f"state {p.name} ({p.dtype}) would not be aligned inside a {k_page}-byte V block"
-        offset += p.nbytes
-    if offset > k_page:
-        return f"the other states take {offset} bytes, more than a {k_page}-byte V block"
-    return None
-
-
-def _largest(parts: tuple[PagePart, ...]) -> int:
-    """Index of the largest part (the last of equals: the ssm state follows conv)."""
-    return max(range(len(parts)), key=lambda i: (parts[i].nbytes, i))
-
-
-def states_in_kv_page(layers: tuple[LayerPlan, ...]) -> int | None:
-    """The K page (bytes) when the Mamba layers of one tensor can keep their
-    states inside the attention layers' K/V blocks, else None.
-
-    Holds when the tensor serves attention (``PER_PART``) and Mamba
-    (``STATES``) layers, every attention layer has two parts (K, V) of K page
-    bytes and no padding, every Mamba layer's padded page is 2 K pages, its
-    largest state is one K page and its other states fit in one K page. Then,
-    in a tensor of ``N`` blocks (:func:`part_regions`): K block j at ``j*K``,
-    V block j at ``N*K + j*K``, the largest state's block j at ``j*K`` (the
-    bytes of K block j), the others from ``N*K + j*K`` on (the start of V
-    block j), each with a block stride of one K page. Decided from the
-    ``KVCacheConfig`` alone; :func:`shares_block_consistently` still proves it.
-    """
-    attn = [lp for lp in layers if lp.family is LayoutFamily.PER_PART]
-    states = [lp for lp in layers if lp.family is LayoutFamily.STATES]
-    if not attn or not states:
-        return None
-    k_page = attn[0].parts[0].nbytes
-    for lp in attn:
-        if len(lp.parts) != 2 or {p.nbytes for p in lp.parts} != {k_page} or lp.padded_page_bytes != 2 * k_page:
-            return None
-    for lp in states:
-        if lp.padded_page_bytes != 2 * k_page or _kv_misfit(lp.parts, k_page) is not None:
-            return None
-    return k_page
-
-
-def kv_block_sizing(k_bytes_per_token: int, states: tuple[PagePart, ...], kernel_block_size: int) -> tuple[int, int]:
-    """The hybrid sizing that makes :func:`states_in_kv_page` hold: the
-    attention block size (tokens) whose K page equals the largest state, and
-    the Mamba page padded to 2 K pages (bytes).
-
-    Follows the block size rule of vllm-ascend 0.18's
-    ``verify_and_update_config`` (``vllm_ascend/patch/platform/patch_mamba_config.py``,
-    PR #6887: K page == ssm page, a multiple of the kernel block), with the
-    Mamba page padded to the attention page (0.11 / 0.13 attention specs have
-    no padding of their own) instead of 2 K pages + conv.
-
-    Args:
-        k_bytes_per_token: K bytes of one token of one attention layer
-            (num_kv_heads x head_size x dtype size).
-        states: the Mamba layer's states (:class:`~vllm_kv_strategies.strategies.PagePart`
-            per block, the ``mamba`` strategy's parts).
-        kernel_block_size: tokens per kernel block of the attention backend;
-            the block size must be a multiple of it.
-
-    Returns:
-        ``(block_size, mamba_page_size_padded)``.
-
-    Raises:
-        KVCacheLayoutError: the largest state is not a whole number of
-            kernel blocks of K (the block size would not be one the kernels
-            take), or the other states do not fit in a V block; the message
-            names the sizes.
-    """
-    if not states:
-        raise KVCacheLayoutError("no Mamba states to size")
-    ssm = states[_largest(states)]
-    tokens, rest = divmod(ssm.nbytes, k_bytes_per_token)
-    if rest or not tokens or tokens % kernel_block_size:
-        raise KVCacheLayoutError(
-            f"state {ssm.name} of {ssm.nbytes} bytes holds {ssm.nbytes / k_bytes_per_token:g} tokens of "
-            f"{k_bytes_per_token} K bytes, not a whole number of {kernel_block_size}-token kernel blocks"
-        )
-    misfit = _kv_misfit(states, ssm.nbytes)
-    if misfit is not None:
-        raise KVCacheLayoutError(misfit)
-    return tokens, 2 * ssm.nbytes
-
-
 def part_regions(
     lp: LayerPlan, num_blocks: int, nbytes: int, interleaved: bool, kv_page: int | None = None
 ) -> list[Region]:
@@ -178,16 +79,7 @@ def part_regions(
             offset += num_blocks * p.nbytes
         return regions
     if kv_page is not None and lp.family is LayoutFamily.STATES:
-        k_base = nbytes - 2 * num_blocks * kv_page  # where the attention layers' K starts
-        big = _largest(lp.parts)
-        offset = k_base + num_blocks * kv_page  # V block 0
-        for i, p in enumerate(lp.parts):
-            if i == big:
-                regions.append((k_base, kv_page, p.nbytes))
-            else:
-                regions.append((offset, kv_page, p.nbytes))
-                offset += p.nbytes
-        return regions
+        return state_regions_in_kv(lp.parts, num_blocks, nbytes, kv_page)
     offset = 0
     for p in lp.parts:
         regions.append((offset, lp.padded_page_bytes if interleaved else p.nbytes, p.nbytes))
