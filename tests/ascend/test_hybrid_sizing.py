@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
 import vllm_kv_strategies
-from vllm_kv_strategies import adapters, envs, patching
+from vllm_kv_strategies import adapters, patching
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.adapters.ascend_sizing import HybridSizingAdapter
 from vllm_kv_strategies.compat import ascend as facts
@@ -299,7 +299,7 @@ def test_off_installs_no_sizing(monkeypatch):
 @needs_sizing
 def test_observe_keeps_stock_sizing(monkeypatch):
     """``observe`` (stock builds, the plugin only describes) must not change the sizing."""
-    monkeypatch.setattr(envs, "KV_STRATEGIES", "observe", raising=False)
+    monkeypatch.setenv("KV_STRATEGIES", "observe")
     assert HybridSizingAdapter.observing()
     notes = rf.qwen3_next(tp=4, num_blocks=2, plugin_sizing=True).notes
     assert (notes["attn_block_size"], notes["mamba_page_size_padded"]) == (384, 393_216)
