@@ -70,7 +70,8 @@ def _check_patch_target(target: Any) -> bool:
     for attribute in target.attributes:
         try:
             owner, name = owner_and_name(module, attribute)
-            present = callable(vars(owner).get(name))
+            stock = vars(owner).get(name)
+            present = callable(stock) or isinstance(stock, classmethod)
         except AttributeError:
             present = False
         found &= present

@@ -61,7 +61,8 @@ def patch_methods(cls: type, replacements: dict[str, Callable[..., Any]]) -> boo
         raise AttributeError(f"{cls.__qualname__} does not define {', '.join(missing)}")
     originals = {name: cls.__dict__[name] for name in replacements}
     for name, fn in replacements.items():
-        fn.__wrapped__ = originals[name]  # type: ignore[attr-defined]
+        # a classmethod's own __wrapped__ is read-only: mark the function it wraps
+        getattr(fn, "__func__", fn).__wrapped__ = originals[name]  # type: ignore[attr-defined]
         setattr(cls, name, fn)
     setattr(cls, MARKER, originals)
     return True

@@ -69,6 +69,7 @@ else:
         "test_spec_census.py",
         "test_third_party_kind.py",
         "test_quant_ascend.py",
+        "test_hybrid_sizing.py",
     }
 
     if ASCEND_RELEASE != "0.23.0":

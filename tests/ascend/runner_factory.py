@@ -101,6 +101,8 @@ __all__ = [
     "sliding_window_beside_full",
     "stock_initializer",
     "qwen3_next",
+    "qwen35_style",
+    "installed_plugin_sizing",
     "ALIGNMENT",
     "t_hyb_toy",
 ]
@@ -457,10 +459,13 @@ def build_kv_cache_config(
     *,
     max_model_len: int | None = None,
     mamba_cache_mode: str = "none",
+    available_memory: int | None = None,
 ) -> KVCacheConfig:
     """Plan one worker's KV cache with vLLM's own code: ``get_kv_cache_groups`` (grouping,
     page-size unification) then ``get_kv_cache_config_from_groups`` (tensors, shared_by), with
-    ``num_gpu_blocks_override=num_blocks``. ``specs`` order matters (it sets the group order)."""
+    ``num_gpu_blocks_override=num_blocks``. ``specs`` order matters (it sets the group order).
+    With ``available_memory`` (bytes per device) the planner chooses num_blocks itself
+    (``get_num_blocks``: memory // page // tensors) and ``num_blocks`` is ignored."""
     if max_model_len is None:
         attn = [s for s in specs.values() if isinstance(s, AttentionSpec)]
         max_model_len = min(s.block_size for s in attn) if attn else 16
@@ -469,7 +474,8 @@ def build_kv_cache_config(
             disable_hybrid_kv_cache_manager=False, max_num_batched_tokens=max_model_len
         ),
         cache_config=SimpleNamespace(
-            num_gpu_blocks_override=num_blocks, mamba_cache_mode=mamba_cache_mode
+            num_gpu_blocks_override=None if available_memory else num_blocks,
+            mamba_cache_mode=mamba_cache_mode,
         ),
         model_config=SimpleNamespace(
             max_model_len=max_model_len, original_max_model_len=max_model_len
@@ -486,11 +492,12 @@ def build_kv_cache_config(
         registry.check_kv_cache_spec_registry(specs)
     get_kv_cache_groups, get_kv_cache_config_from_groups = kv_cache_planner()
     groups = get_kv_cache_groups(vllm_config, specs)
+    memory = available_memory or 1 << 40
     if "kv_cache_specs" in inspect.signature(get_kv_cache_config_from_groups).parameters:  # 0.11
-        config = get_kv_cache_config_from_groups(vllm_config, groups, specs, 1 << 40)
+        config = get_kv_cache_config_from_groups(vllm_config, groups, specs, memory)
     else:
-        config = get_kv_cache_config_from_groups(vllm_config, groups, 1 << 40)
-    assert config.num_blocks == num_blocks, config.num_blocks
+        config = get_kv_cache_config_from_groups(vllm_config, groups, memory)
+    assert available_memory or config.num_blocks == num_blocks, config.num_blocks
     return config
 
 
@@ -635,14 +642,14 @@ def deepseek_v32(
     )
 
 
-def _qwen3_next_hf_config():
+def _qwen3_next_hf_config(num_key_value_heads: int = 2, num_hidden_layers: int = 48):
     from transformers import Qwen3NextConfig  # noqa: PLC0415
 
     return Qwen3NextConfig(
-        num_hidden_layers=48,
+        num_hidden_layers=num_hidden_layers,
         hidden_size=2048,
         num_attention_heads=16,
-        num_key_value_heads=2,
+        num_key_value_heads=num_key_value_heads,
         head_dim=256,
         linear_num_key_heads=16,
         linear_num_value_heads=32,
@@ -700,7 +707,44 @@ def _qwen3_next_model_class():
         ModelRegistry.resolve_model_cls = resolve
 
 
-def qwen3_next(tp: int = 1, num_blocks: int = 4, max_model_len: int = 512) -> ModelKV:
+@contextlib.contextmanager
+def installed_plugin_sizing():
+    """The plugin's hybrid page sizing (``compat.ascend.HYBRID_SIZING``) installed on this
+    release's ``HybridAttentionMambaModelConfig`` while the block runs, the way ``register()``
+    installs it (its adapter's ``patch`` on vllm-ascend's ``patch_mamba_config`` module), and
+    removed after unless it was installed before. Yields whether the release has one (0.11,
+    0.13); elsewhere nothing is patched."""
+    from vllm_kv_strategies.adapters import adapter_for  # noqa: PLC0415
+    from vllm_kv_strategies.compat import ascend as facts  # noqa: PLC0415
+
+    target = facts.hybrid_sizing_target()
+    if target is None:
+        yield False
+        return
+    module = importlib.import_module(target.module)
+    adapter = adapter_for(target)
+    patched = adapter.patch(module)
+    try:
+        yield True
+    finally:
+        if patched:
+            adapter.unpatch(module)
+
+
+def qwen3_next(
+    tp: int = 1,
+    num_blocks: int = 4,
+    max_model_len: int = 512,
+    *,
+    block_size: int | None = None,
+    plugin_sizing: bool = False,
+    available_memory: int | None = None,
+    hf_overrides: dict[str, Any] | None = None,
+    additional_config: dict[str, Any] | None = None,
+    num_key_value_heads: int = 2,
+    num_hidden_layers: int = 48,
+    name: str = "Qwen3-Next-80B-A3B",
+) -> ModelKV:
     """Qwen3-Next-80B-A3B: 48 layers = 36 Gated DeltaNet (``linear_attn``) + 12 full attention
     (every 4th layer, ``self_attn.attn``), as vLLM + vllm-ascend size them at start-up:
 
@@ -717,11 +761,21 @@ def qwen3_next(tp: int = 1, num_blocks: int = 4, max_model_len: int = 512) -> Mo
       orders them, so group 0 is the attention group).
 
     Importing the patch module applies that vllm-ascend patch process-wide (as vllm-ascend does).
+    ``block_size`` is the user's (None: not set, as in ``VllmConfig.__post_init__`` before the
+    Ascend platform's default of 128). ``plugin_sizing=True`` runs the sizing with the plugin's
+    patch installed (:func:`installed_plugin_sizing`: 0.11 / 0.13 K page == ssm state, Mamba page padded
+    to 2 K pages); the sizing installed on the class at the time runs in any case.
+    ``num_key_value_heads`` / ``num_hidden_layers`` / ``name`` give other Qwen3-Next-style
+    hybrids (see :func:`qwen35_style`). ``available_memory``: plan for that many bytes per device
+    instead of ``num_blocks`` (see :func:`build_kv_cache_config`). ``hf_overrides`` (attributes of
+    the HF config, e.g. ``model_type``) and ``additional_config`` (vllm-ascend's) reach the sizing.
     """
     import vllm_ascend.patch.platform.patch_mamba_config  # noqa: F401, PLC0415
     from vllm.model_executor.models.config import HybridAttentionMambaModelConfig  # noqa: PLC0415
 
-    hf = _qwen3_next_hf_config()
+    hf = _qwen3_next_hf_config(num_key_value_heads, num_hidden_layers)
+    for key, value in (hf_overrides or {}).items():
+        setattr(hf, key, value)
     kv_heads = max(1, hf.num_key_value_heads // tp)
     parallel_config = SimpleNamespace(tensor_parallel_size=tp)
     model_config = SimpleNamespace(
@@ -740,7 +794,7 @@ def qwen3_next(tp: int = 1, num_blocks: int = 4, max_model_len: int = 512) -> Mo
     )
     cache_config = SimpleNamespace(
         cache_dtype="auto",
-        block_size=128,  # Ascend default; raised by the patch
+        block_size=block_size,  # None unless the user set it; the sizing sets it
         mamba_cache_dtype="auto",
         mamba_ssm_cache_dtype="auto",
         mamba_page_size_padded=None,
@@ -758,8 +812,10 @@ def qwen3_next(tp: int = 1, num_blocks: int = 4, max_model_len: int = 512) -> Mo
         compilation_config=SimpleNamespace(cudagraph_mode="as configured"),  # read by 0.11
         speculative_config=None,
         kv_transfer_config=None,
+        additional_config=dict(additional_config or {}),
     )
-    with _qwen3_next_model_class() as model_cls:
+    sizing = installed_plugin_sizing() if plugin_sizing else contextlib.nullcontext()
+    with _qwen3_next_model_class() as model_cls, sizing:
         HybridAttentionMambaModelConfig.verify_and_update_config(vllm_config)
         shapes = model_cls.get_mamba_state_shape_from_config(vllm_config)
         dtypes = model_cls.get_mamba_state_dtype_from_config(vllm_config)
@@ -785,9 +841,9 @@ def qwen3_next(tp: int = 1, num_blocks: int = 4, max_model_len: int = 512) -> Mo
     for i, kind in enumerate(layer_types):
         if kind == "linear_attention":
             specs[f"model.layers.{i}.linear_attn"] = mamba_spec
-    config = build_kv_cache_config(specs, num_blocks, max_model_len=max_model_len)
+    config = build_kv_cache_config(specs, num_blocks, max_model_len=max_model_len, available_memory=available_memory)
     return ModelKV(
-        "Qwen3-Next-80B-A3B",
+        name,
         tp,
         config,
         specs,
@@ -800,6 +856,13 @@ def qwen3_next(tp: int = 1, num_blocks: int = 4, max_model_len: int = 512) -> Mo
             "mamba_dtypes": tuple(dtypes),
         },
     )
+
+
+def qwen35_style(tp: int = 1, num_blocks: int = 4, **kwargs: Any) -> ModelKV:
+    """A Qwen3.5-style hybrid as a Qwen3-Next config (vLLM 0.11 / 0.13 have no Qwen3.5 model
+    class): 32 layers = 24 GDN + 8 full attention, 4 KV heads of 256 (vs Qwen3-Next's 2), GDN
+    16 / 32 heads x 128 as Qwen3-Next. ``kwargs`` as :func:`qwen3_next`."""
+    return qwen3_next(tp, num_blocks, num_key_value_heads=4, num_hidden_layers=32, name="Qwen3.5-style hybrid", **kwargs)
 
 
 def t_hyb_toy(num_blocks: int = 4) -> ModelKV:

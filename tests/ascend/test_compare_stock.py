@@ -6,20 +6,24 @@ rules, real model dimensions) and two real ``NPUModelRunner`` instances; the sto
 the release's ``initialize_kv_cache`` would call runs on one (0.11 has three: general, DeepSeek
 MLA, DeepSeek sparse), the Ascend adapter's on the other. Per layer: the same number of caches,
 shapes, dtypes, strides, and num_blocks (dim 0); the layers of one ``KVCacheTensor`` alias one
-storage set (attention and Mamba layers of a hybrid tensor: one buffer where the release sizes
-pages for it, 0.18+; else the attention layers share K/V and the Mamba layers share one buffer);
-no two tensors overlap; with ``kv_transfer_config`` each raw buffer starts on a 2 MiB boundary
-and costs exactly 2 MiB of slack.
+storage set (attention and Mamba layers of a hybrid tensor: one buffer where the pages line up
+block by block -- 0.18+ sizing, or K page == ssm state with the Mamba page = 2 K pages, which
+the plugin's sizing gives on 0.11 / 0.13 (``-sized`` cases) and T-HYB's already is; else the
+attention layers share K/V and the Mamba layers share one buffer); no two tensors overlap; with
+``kv_transfer_config`` each raw buffer starts on a 2 MiB boundary and costs exactly 2 MiB of
+slack. Where the Mamba states lie inside the K/V blocks (0.11 / 0.13, see test_hybrid_sizing)
+their dim-0 stride is one K page instead of stock's.
 
 Bytes: the plugin allocates exactly the config's bytes (``sum(size)``) and stock the same, except
 the cases in :data:`PLUGIN_BYTES` / :data:`STOCK_BYTES`, where the exact numbers are asserted:
 
-* 0.11 hybrid tensors (Qwen3-Next, T-HYB): stock gives each GDN layer its own buffer of the
-  tensor's size and the attention layer K/V of another (4x the tensor); the plugin gives the
-  GDN layers one shared buffer and the attention layer its K/V (2x). Sharing all of it would
-  alias attention block j with Mamba block k != j: 0.11 / 0.13 size the attention page to the
-  padded Mamba page, not the K page to the ssm page (0.18+), and K/V must stay contiguous.
-* 0.13 hybrid tensors: stock and plugin both 2x, for the same reason.
+* 0.11 hybrid tensors: stock gives each GDN layer its own buffer of the tensor's size and the
+  attention layer K/V of another (4x the tensor); 0.13 stock gives the attention layer K/V of
+  its own (2x). The plugin allocates the tensor once where the states fit the K/V blocks
+  (T-HYB, the ``-sized`` Qwen3-Next cases); at Qwen3-Next's stock 0.11 / 0.13 sizing (block 640
+  at TP1, 384 at TP4: a K page is not the ssm state) it gives the GDN layers one shared buffer
+  and the attention layer its K/V (2x): sharing all of it would alias attention block j with
+  Mamba block k != j, and K/V must stay contiguous.
 * DeepSeek V3.2 on 0.11 / 0.13 (a FullAttentionSpec page of 2 x 576 per token): the layer uses
   nope 512 + rope 64 + indexer 128 = 704 of the 1152 reserved; 0.13 stock allocates the unused
   448 anyway (the indexer buffer is half the tensor), 0.11 stock and the plugin do not.
@@ -50,11 +54,12 @@ MODELS = {
     "t-hyb": lambda: rf.t_hyb_toy(),
 }
 R = rf.RELEASE
-#: Attention and Mamba layers of a hybrid tensor share one buffer (K page == ssm page sizing).
-HYBRID_ONE_BUFFER = R >= (0, 18)
+if R in ((0, 11), (0, 13)):  # with the plugin's hybrid sizing (elsewhere the same as above)
+    MODELS["qwen3-next-tp4-sized"] = lambda: rf.qwen3_next(tp=4, plugin_sizing=True)
 
 # N = 4 blocks everywhere. Qwen3-Next 0.11 / 0.13: 12 tensors of 4 x 1,310,720 (TP1, block 640)
-# or 4 x 393,216 (TP4, block 384) bytes. T-HYB 0.11 / 0.13: 2 tensors of 4 x 32,768.
+# or 4 x 393,216 (TP4, block 384) bytes; sized by the plugin (TP4, block 512) 4 x 524,288.
+# T-HYB 0.11 / 0.13: 2 tensors of 4 x 32,768.
 #: (release, model) -> plugin bytes without kv_transfer_config, where not sum(size).
 PLUGIN_BYTES = {
     **{
@@ -63,7 +68,6 @@ PLUGIN_BYTES = {
         for m, b in (
             ("qwen3-next-tp1", 125_829_120),  # 12 x (Mamba 5,242,880 + K 2,621,440 + V 2,621,440)
             ("qwen3-next-tp4", 37_748_736),  # 12 x (1,572,864 + 786,432 + 786,432)
-            ("t-hyb", 524_288),  # 2 x (131,072 + 65,536 + 65,536)
             ("deepseek-v3.2-tp1", 43_974_656),  # 61 x 4 x 128 x (512 + 64 + 128) x 2
             ("deepseek-v3.2-tp4", 43_974_656),
         )
@@ -77,6 +81,12 @@ STOCK_BYTES = {
     ((0, 11), "qwen3-next-tp4", True): 201_326_592,
     ((0, 11), "t-hyb", False): 1_048_576,
     ((0, 11), "t-hyb", True): 22_020_096,
+    ((0, 13), "t-hyb", False): 524_288,  # 2 x (Mamba 131,072 + K 65,536 + V 65,536)
+    ((0, 13), "t-hyb", True): 13_107_200,  # + 6 buffers x 2 MiB
+    ((0, 11), "qwen3-next-tp4-sized", False): 100_663_296,  # 4x the 25,165,824 budget
+    ((0, 11), "qwen3-next-tp4-sized", True): 226_492_416,
+    ((0, 13), "qwen3-next-tp4-sized", False): 50_331_648,  # 2x
+    ((0, 13), "qwen3-next-tp4-sized", True): 125_829_120,
     ((0, 11), "deepseek-v3-tp1", True): 547_684_352,  # 122 buffers x (bytes + 4 MiB)
     ((0, 11), "deepseek-v3-tp4", True): 547_684_352,
     ((0, 11), "deepseek-v3.2-tp1", True): 811_532_288,  # 183 buffers x (bytes + 4 MiB)
@@ -120,8 +130,13 @@ def test_plugin_equals_stock(name, kv_transfer, bytes_table):
     ours = ours_init(ours_runner, copy.deepcopy(config))
 
     assert ours.keys() == stock.keys()
+    layouts = AscendAdapter().plan_runner(ours_runner, config).layouts
+    kv_page = {lp.name: lo.kv_page for lo in layouts for lp in lo.layers}
     for layer in stock:
-        assert [describe(t) for t in ours[layer]] == [describe(t) for t in stock[layer]], layer
+        want = [describe(t) for t in stock[layer]]
+        if kv_page.get(layer) is not None and isinstance(ours[layer], list):  # states inside K/V blocks
+            want = [(shape, dtype, (kv_page[layer] // dtype.itemsize, *stride[1:])) for shape, dtype, stride in want]
+        assert [describe(t) for t in ours[layer]] == want, layer
         assert all(t.shape[0] >= config.num_blocks for t in ours[layer])
 
     # The layers of one KVCacheTensor alias one storage set per kind (attention: tuples, Mamba:
@@ -133,7 +148,7 @@ def test_plugin_equals_stock(name, kv_transfer, bytes_table):
             by_kind.setdefault(type(ours[layer]), set()).add(frozenset(t.untyped_storage().data_ptr() for t in ours[layer]))
         assert all(len(sets) == 1 for sets in by_kind.values()), f"tensor {tid}: {tensor.shared_by} do not share storage"
         ptrs = {p for sets in by_kind.values() for s in sets for p in s}
-        if HYBRID_ONE_BUFFER and len(by_kind) == 2:
+        if len(by_kind) == 2 and (R >= (0, 18) or kv_page[tensor.shared_by[0]] is not None):
             assert len(ptrs) == 1, f"hybrid tensor {tid} is not one buffer"
         for ptr in ptrs:
             assert owner.setdefault(ptr, tid) == tid, f"tensors {owner[ptr]} and {tid} share storage"
@@ -147,10 +162,14 @@ def test_plugin_equals_stock(name, kv_transfer, bytes_table):
     if kv_transfer:
         if R > (0, 11):
             raw = ours_runner._allocate_kv_cache_tensors(copy.deepcopy(config))
-            firsts = [buf for value in raw.values() for buf in (value if isinstance(value, tuple) else (value,))]
-        else:  # no _allocate: each attention view is a buffer, a Mamba buffer starts with its first state
-            firsts = [t for value in ours.values() for t in (value if isinstance(value, tuple) else value[:1])]
-        assert all(t.data_ptr() % TRANSFER_ALIGNMENT == 0 for t in firsts)
+            starts = [buf.data_ptr() for value in raw.values() for buf in (value if isinstance(value, tuple) else (value,))]
+        else:  # no _allocate: a raw buffer starts where the first view into its storage does
+            first: dict[int, int] = {}
+            for t in (t for value in ours.values() for t in value):
+                ptr = t.untyped_storage().data_ptr()
+                first[ptr] = min(first.get(ptr, t.data_ptr()), t.data_ptr())
+            starts = list(first.values())
+        assert all(start % TRANSFER_ALIGNMENT == 0 for start in starts)
 
     # Bound to the model like stock.
     for layer, module in ours_runner.compilation_config.static_forward_context.items():

@@ -40,6 +40,7 @@ from vllm_kv_strategies.compat import ascend as facts
 from vllm_kv_strategies.compat import specs
 from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
 from vllm_kv_strategies.layout.ascend import crosses_blocks, shares_block_consistently
+from vllm_kv_strategies.layout.hybrid_kv import states_in_kv_page
 from vllm_kv_strategies.strategies.base import require_dense_page
 from vllm_kv_strategies.strategies.mla import mla_spec_types
 from vllm_kv_strategies.strategies.sparse_mla import legacy_sparse_mla, normalize_legacy_specs
@@ -359,9 +360,14 @@ def test_crosses_blocks():
 def test_hybrid_tensors_share_one_buffer_only_on_block_consistent_sizing():
     """T-HYB on the release's sizing: 0.18+ (K page == ssm page, padded page 2A + conv) is
     block-consistent with state-after-state Mamba views; 0.11 / 0.13 sizing (attention page ==
-    padded Mamba page) is not, in either Mamba layout."""
+    padded Mamba page, here 32,768 = 2 x the 16,384-byte ssm state) is not, in either Mamba
+    layout, but is with the states inside the K/V blocks (``states_in_kv_page``)."""
     mk = rf.t_hyb_toy()
     plan = plan_kv_cache(mk.kv_cache_config, ModelDims())
     layers, size = tuple(plan.layers_of(0)), mk.kv_cache_config.kv_cache_tensors[0].size
     consistent = {il: shares_block_consistently(layers, 4, size, il) for il in (False, True)}
     assert consistent == {False: R >= (0, 18), True: False}
+    kv_page = states_in_kv_page(layers)
+    assert kv_page == (None if R >= (0, 18) else 16_384)
+    if kv_page is not None:
+        assert shares_block_consistently(layers, 4, size, facts.mamba_states_interleaved(), kv_page)

@@ -46,6 +46,12 @@ def test_doctor_with_the_npu_runner_importable_is_active(monkeypatch, capsys):
     assert any(x.startswith("platform: ascend; in support matrix: yes (") for x in lines)
     i = lines.index(f"patch target {RUNNER}:")
     assert lines[i + 1 : i + 1 + len(METHODS)] == [f"  {'NPUModelRunner.' + m:52} present" for m in METHODS]
+    if ASCEND in ("0.11.0", "0.13.0"):  # the hybrid page sizing (a classmethod) is checked too
+        sizing = facts.HYBRID_SIZING
+        i = lines.index(f"patch target {sizing.runner} ({sizing.module}):")
+        assert lines[i + 1] == f"  {sizing.attributes[0]:52} present"
+    else:
+        assert not any("HybridAttentionMambaModelConfig" in x for x in lines)
     assert "entry point kv_strategies: visible to vLLM" in lines
     assert lines[-1] == "KV_STRATEGIES=auto: the plugin would patch the runner"
 

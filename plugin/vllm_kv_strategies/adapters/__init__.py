@@ -21,8 +21,10 @@ from ..logger import PREFIX, logger
 
 
 def targets(platform: str) -> tuple[PatchTarget, ...]:
-    """The runners the plugin patches on ``platform`` (the installed release)."""
-    return (ascend_facts.target(),) if platform == "ascend" else upstream_facts.TARGETS
+    """What the plugin patches on ``platform`` (the installed release): the
+    runners, and on vllm-ascend 0.11 / 0.13 the hybrid page sizing
+    (:func:`~vllm_kv_strategies.compat.ascend.targets`)."""
+    return ascend_facts.targets() if platform == "ascend" else upstream_facts.TARGETS
 
 
 def adapter_for(target: PatchTarget):
@@ -55,7 +57,7 @@ def uninstall() -> list[str]:
     restored (``target.describe()``)."""
     restored = []
     patching.cancel_pending()
-    for target in (*upstream_facts.TARGETS, ascend_facts.SPLIT_INIT, ascend_facts.THREE_INITS):
+    for target in (*upstream_facts.TARGETS, ascend_facts.SPLIT_INIT, ascend_facts.THREE_INITS, ascend_facts.HYBRID_SIZING):
         module = sys.modules.get(target.module)
         if module is None:
             continue

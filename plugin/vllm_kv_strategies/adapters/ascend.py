@@ -172,7 +172,7 @@ class AscendAdapter(RunnerAdapter):
         decided = self._decide(runner, kv_cache_config)
         if decided is None:
             return stock(runner, kv_cache_config, raws)
-        return self._views(runner, decided.plan, raws)
+        return self._views(runner, decided, raws)
 
     def initialize_kv_cache_tensors(self, stock: Any, runner: Any, kv_cache_config: Any) -> dict[str, Any]:
         """Allocate, view, share across layers and bind every layer."""
@@ -184,7 +184,7 @@ class AscendAdapter(RunnerAdapter):
             return kv_caches
         runner.hybrid_with_attn_and_mamba = decided.hybrid
         raws = allocate(decided.layouts, runner.device, runner.vllm_config.kv_transfer_config is not None)
-        kv_caches = self._views(runner, decided.plan, raws)
+        kv_caches = self._views(runner, decided, raws)
         for layer_name, target in (getattr(runner, "shared_kv_cache_layers", None) or {}).items():
             kv_caches[layer_name] = kv_caches[target]
         self.inject_test_fault(decided.plan, kv_caches)
@@ -194,14 +194,18 @@ class AscendAdapter(RunnerAdapter):
         self.report(decided.plan, kv_caches, kv_cache_config, getattr(runner.model_config, "model", None))
         return kv_caches
 
-    def _views(self, runner: Any, plan: KVCachePlan, raws: dict[str, Any]) -> dict[str, Any]:
+    def _views(self, runner: Any, decided: AscendPlan, raws: dict[str, Any]) -> dict[str, Any]:
+        plan = decided.plan
         kernel = self._kernel_block_sizes(runner)
         interleaved = facts.mamba_states_interleaved()
+        kv_page = {lp.name: layout.kv_page for layout in decided.layouts for lp in layout.layers}
         convert = facts.format_converter(runner)
         on_npu = getattr(runner.device, "type", None) == "npu"
         kv_caches: dict[str, Any] = {}
         for name, lp in plan.layers.items():
-            views = layer_views(lp, raws[name], plan.kv_cache_config.num_blocks, kernel.get(name), interleaved)
+            views = layer_views(
+                lp, raws[name], plan.kv_cache_config.num_blocks, kernel.get(name), interleaved, kv_page.get(name)
+            )
             if convert is not None:
                 if lp.family is LayoutFamily.PER_PART:  # as the release's runner: attention views only
                     views = [convert(v) for v in views]

@@ -27,7 +27,9 @@ class RunnerAdapter:
     Subclasses set :attr:`target` and return their replacements from
     :meth:`replacements`: attribute (as in ``target.attributes``) ->
     ``fn(stock, *args, **kwargs)``, where ``stock`` is the original and, for a
-    method, ``args[0]`` is the runner.
+    method, ``args[0]`` is the runner. A classmethod is replaced by a
+    classmethod: ``stock`` is the original bound to the class the call went
+    through, and ``args[0]`` is that class.
     """
 
     target: PatchTarget
@@ -51,7 +53,15 @@ class RunnerAdapter:
             if stock is None:
                 raise AttributeError(f"{self.target.qualified(attribute)} does not exist")
 
-            def make(fn: Callable[..., Any] = fn, stock: Any = stock) -> Callable[..., Any]:
+            def make(fn: Callable[..., Any] = fn, stock: Any = stock) -> Any:
+                if isinstance(stock, classmethod):
+
+                    @functools.wraps(stock.__func__)
+                    def bound(cls: type, *args: Any, **kwargs: Any) -> Any:
+                        return fn(stock.__get__(None, cls), cls, *args, **kwargs)
+
+                    return classmethod(bound)
+
                 @functools.wraps(stock)
                 def replacement(*args: Any, **kwargs: Any) -> Any:
                     return fn(stock, *args, **kwargs)

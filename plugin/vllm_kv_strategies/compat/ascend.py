@@ -1,5 +1,6 @@
-"""vllm-ascend's ``NPUModelRunner`` (0.11 - 0.23): what the plugin patches in
-each release, and the release facts its layout depends on.
+"""vllm-ascend's ``NPUModelRunner`` (0.11 - 0.23) and, on 0.11 / 0.13, its
+hybrid attention + Mamba page sizing: what the plugin patches in each release,
+and the release facts its layout depends on.
 
 The layout itself (raw buffers per part, Mamba states by byte offset, the
 hybrid single buffer) is the plugin's own, in
@@ -13,7 +14,7 @@ from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
-from .matrix import Installed, release_before
+from .matrix import Installed, release, release_before
 from .targets import PatchTarget
 
 _WHY = (
@@ -64,6 +65,48 @@ THREE_INITS = PatchTarget(
     remove_when=_REMOVE_WHEN,
 )
 
+#: vllm-ascend 0.11 / 0.13: the hybrid attention + Mamba page sizing, in the
+#: front-end process that builds the ``VllmConfig`` (``__post_init__`` ->
+#: ``try_verify_and_update_config``; the engine core and the workers receive
+#: the finished config).
+HYBRID_SIZING = PatchTarget(
+    name="ascend-hybrid-sizing",
+    runner="HybridAttentionMambaModelConfig (hybrid page sizing)",
+    module="vllm_ascend.patch.platform.patch_mamba_config",
+    # the class attribute this vllm-ascend module assigns its sizing to (its last line)
+    attributes=("vllm.model_executor.models.config.HybridAttentionMambaModelConfig.verify_and_update_config",),
+    adapter="vllm_kv_strategies.adapters.ascend_sizing:HybridSizingAdapter",
+    why=(
+        "vllm-ascend 0.11 / 0.13 size the attention page to the padded Mamba page, so attention "
+        "and Mamba layers of one KVCacheTensor cannot share its bytes block by block and the "
+        "attention layer needs K/V buffers of its own (2x the planner's budget; stock 0.11 4x). "
+        "When the user set no block size, the replacement sizes a K page to the ssm state and "
+        "pads the Mamba page to 2 K pages, and the worker layout puts the states into the K/V "
+        "blocks of the same index (one buffer per tensor, exactly the budget)"
+    ),
+    mirrors=(
+        "vllm_ascend/patch/platform/patch_mamba_config.py verify_and_update_config (0.11, 0.13), "
+        "which it calls first; the block size rule of the same function in vllm-ascend 0.18 "
+        "(PR #6887, commit d39d80830c: K page == ssm page, a multiple of the 128-token kernel block)"
+    ),
+    remove_when="vllm-ascend 0.11 and 0.13 leave the support matrix (0.18 sizes hybrid pages this way itself)",
+)
+#: Releases (major, minor) whose hybrid sizing :data:`HYBRID_SIZING` replaces;
+#: the kernel facts below were read in these two only.
+_HYBRID_SIZING_RELEASES = ((0, 11), (0, 13))
+#: Model types whose hybrid sizing the plugin changes on those releases:
+#: Qwen3-Next's gated delta net kernels were checked to take the layout
+#: (block-strided conv state, contiguous ssm state), and the platform keeps a
+#: raised block size only for ``qwen3_next`` (0.11 ``platform.py``
+#: ``check_and_update_config``; 0.13 ``utils.refresh_block_size``); other
+#: hybrids are reset to 128 there.
+SIZED_HYBRID_MODEL_TYPES = frozenset({"qwen3_next"})
+#: Tokens per kernel block of 0.11 / 0.13's attention backend
+#: (``AscendAttentionBackend.get_supported_block_size()[0]``): with several KV
+#: cache groups the runner views every block as ``block_size // 128`` kernel
+#: blocks, so a hybrid block size must be a multiple of it.
+HYBRID_KERNEL_BLOCK_SIZE = 128
+
 #: The first vllm-ascend release with ``_allocate_kv_cache_tensors`` /
 #: ``_reshape_kv_cache_tensors`` and state-after-state Mamba views (0.12 was
 #: never checked; a wrong guess there fails at patch time and leaves stock).
@@ -102,6 +145,39 @@ def target(vllm_ascend: str | None = None) -> PatchTarget:
     the installed one): :data:`THREE_INITS` before 0.13, else
     :data:`SPLIT_INIT`."""
     return THREE_INITS if _before(_SPLIT_INIT_FROM, vllm_ascend) else SPLIT_INIT
+
+
+def hybrid_sizing_target(vllm_ascend: str | None = None) -> PatchTarget | None:
+    """:data:`HYBRID_SIZING` on vllm-ascend 0.11 and 0.13 (default: the
+    installed release), else None (0.18+ size hybrid pages block-consistently
+    themselves; other releases were never checked)."""
+    from packaging.version import InvalidVersion, Version
+
+    version = release(vllm_ascend if vllm_ascend is not None else _installed())
+    try:
+        minor = Version(version).release[:2] if version is not None else None
+    except InvalidVersion:
+        return None
+    return HYBRID_SIZING if minor in _HYBRID_SIZING_RELEASES else None
+
+
+def targets(vllm_ascend: str | None = None) -> tuple[PatchTarget, ...]:
+    """Everything the plugin patches on a vllm-ascend release: the runner
+    (:func:`target`) and, on 0.11 / 0.13, the hybrid page sizing."""
+    sizing = hybrid_sizing_target(vllm_ascend)
+    return (target(vllm_ascend),) + ((sizing,) if sizing is not None else ())
+
+
+def built_for_310p() -> bool:
+    """Whether the installed vllm-ascend wheel is the 310P build (its
+    ``_build_info``: 0.11 ``__soc_version__`` "ASCEND310P..."; 0.13+
+    ``__device_type__`` "310P"), read without torch_npu."""
+    try:
+        from vllm_ascend import _build_info
+    except ImportError:
+        return False
+    soc = str(getattr(_build_info, "__soc_version__", "")).lower()
+    return soc.startswith("ascend310p") or getattr(_build_info, "__device_type__", None) == "310P"
 
 
 def mamba_states_interleaved(vllm_ascend: str | None = None) -> bool:
@@ -222,6 +298,23 @@ def stock_only_reason(runner: Any, layer_names: Iterable[str] = ()) -> str | Non
             "int8 MLA KV cache in vllm-ascend 0.11's BSH layout (additional_config kv_cache_dtype=int8; "
             "stock raises: AscendMLABackend has no get_bsh_kv_cache_shape)"
         )
+    return None
+
+
+def sizing_refusal(vllm_config: Any) -> str | None:
+    """What in a ``VllmConfig`` keeps vllm-ascend's own hybrid page sizing
+    (the K page == ssm state sizing of :mod:`vllm_kv_strategies.adapters.ascend_sizing`
+    is defined for plain K/V pages): a DeepSeek V4 model, FA-quantised
+    attention, 0.11's int8 BSH cache; None otherwise. Asked in the front-end
+    process, from the config alone."""
+    hf = getattr(getattr(vllm_config, "model_config", None), "hf_text_config", None)
+    if getattr(hf, "model_type", None) == "deepseek_v4":
+        return "a DeepSeek V4 KV cache"
+    quant = getattr(vllm_config, "quant_config", None)
+    if quant is not None and hasattr(quant, "get_kv_quant_split_factor") and fa_quant_enabled(vllm_config):
+        return "an FA-quantised attention KV cache"
+    if (getattr(vllm_config, "additional_config", None) or {}).get("kv_cache_dtype") == "int8":
+        return "an int8 KV cache in the BSH layout"
     return None
 
 

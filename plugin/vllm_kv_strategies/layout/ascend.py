@@ -19,8 +19,13 @@ tensor serves:
 * ``PLAIN`` (hidden-state cache): one raw buffer viewed as one tensor.
 * attention and Mamba layers in one tensor (Qwen3.5 / Qwen3-Next, vllm-ascend
   PR #6887): one buffer, Mamba states from byte 0 and the attention parts
-  packed at its end, when that is block-consistent; otherwise the attention
-  layers get buffers of their own and the Mamba layers still share one.
+  packed at its end, when that is block-consistent (0.18+ sizing: page = 2 K
+  pages + conv); or, where the Mamba page is 2 K pages and the largest state
+  is one K page (:mod:`.hybrid_kv`: the placement and the sizing that gives
+  it, vllm-ascend 0.11 / 0.13), the states inside the K/V blocks of their own
+  index: the largest aliases K block j, the others fill the start of V block
+  j. Otherwise the attention layers get buffers of their own and the Mamba
+  layers still share one.
 
 Sizes are integer bytes; every error names the layer, its spec and the sizes.
 """
@@ -34,10 +39,11 @@ from typing import Any
 from ..errors import KVCacheLayoutError, StockWouldCorruptError
 from ..logger import PREFIX, logger
 from ..plan import KVCachePlan, LayerPlan
-from ..strategies import LayoutFamily, PagePart
+from ..strategies import LayoutFamily
+from .coallocation import buffer_slices, coallocated_runs
+from .hybrid_kv import Region, state_regions_in_kv, states_in_kv_page
 
-#: (byte offset of block 0, bytes between blocks, bytes per block) of a view.
-Region = tuple[int, int, int]
+__all__ = ["TensorLayout", "buffer_slices", "coallocated_runs", "layer_views", "part_regions", "plan_layout"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class TensorLayout:
         buffer_bytes: bytes of each raw buffer.
         single: one buffer viewed as all parts (Mamba states, the hidden-state
             cache, attention packed at its end), else one buffer per part.
+        kv_page: the K page in bytes where the Mamba states lie inside the K/V
+            blocks (:func:`states_in_kv_page`), else None.
     """
 
     tensor_id: int
@@ -59,48 +67,19 @@ class TensorLayout:
     #: per-part layouts: how many consecutive parts each raw buffer holds
     #: (:func:`coallocated_runs`); empty: one buffer per part.
     runs: tuple[int, ...] = ()
+    kv_page: int | None = None
 
 
-def coallocated_runs(parts: tuple[PagePart, ...], groups: frozenset[str]) -> tuple[int, ...]:
-    """Consecutive parts of one group in ``groups`` share a raw buffer (the
-    release co-allocates them, e.g. vllm-ascend 0.23's indexer key and scale);
-    every other part has its own. Returns the parts per buffer, in order."""
-    runs: list[int] = []
-    for i, p in enumerate(parts):
-        if i and p.group is not None and p.group in groups and p.group == parts[i - 1].group:
-            runs[-1] += 1
-        else:
-            runs.append(1)
-    return tuple(runs)
-
-
-def buffer_slices(layout: TensorLayout) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
-    """The raw buffers of ``layout``: (bytes, ((offset, bytes) of each part it
-    holds)). In a co-allocated buffer each part starts at the end of the one
-    before, rounded up to its dtype's size (as vllm-ascend 0.23's
-    ``_allocate_sparse_c8_indexer_tensors`` places the indexer scale); a
-    single layout is one buffer viewed whole."""
-    if layout.single or not layout.runs:
-        return [(n, ((0, n),)) for n in layout.buffer_bytes]
-    parts = layout.layers[0].parts
-    out, i = [], 0
-    for run in layout.runs:
-        slices, end = [], 0
-        for j in range(i, i + run):
-            size = parts[j].dtype.itemsize
-            start = -(-end // size) * size
-            slices.append((start, layout.buffer_bytes[j]))
-            end = start + layout.buffer_bytes[j]
-        out.append((end, tuple(slices)))
-        i += run
-    return out
-
-
-def part_regions(lp: LayerPlan, num_blocks: int, nbytes: int, interleaved: bool) -> list[Region]:
+def part_regions(
+    lp: LayerPlan, num_blocks: int, nbytes: int, interleaved: bool, kv_page: int | None = None
+) -> list[Region]:
     """Where each part of ``lp`` lies in one raw buffer of ``nbytes`` bytes
     viewed as ``num_blocks`` blocks (the single-buffer layout): attention parts
     packed at the end, Mamba states from byte 0 (state after state, or
-    block-interleaved with a one-page stride), a plain part from byte 0."""
+    block-interleaved with a one-page stride), a plain part from byte 0. With
+    ``kv_page`` (:func:`states_in_kv_page`) Mamba states lie inside the K/V
+    blocks instead: the largest at K block j, the others from the start of V
+    block j, each with a block stride of ``kv_page``."""
     regions = []
     if lp.family is LayoutFamily.PER_PART:
         offset = nbytes - num_blocks * lp.page_bytes
@@ -108,6 +87,8 @@ def part_regions(lp: LayerPlan, num_blocks: int, nbytes: int, interleaved: bool)
             regions.append((offset, p.nbytes, p.nbytes))
             offset += num_blocks * p.nbytes
         return regions
+    if kv_page is not None and lp.family is LayoutFamily.STATES:
+        return state_regions_in_kv(lp.parts, num_blocks, nbytes, kv_page)
     offset = 0
     for p in lp.parts:
         regions.append((offset, lp.padded_page_bytes if interleaved else p.nbytes, p.nbytes))
@@ -131,11 +112,15 @@ def crosses_blocks(a: Region, b: Region, num_blocks: int) -> bool:
     return lo <= hi and (lo, hi) != (0, 0)
 
 
-def shares_block_consistently(layers: tuple[LayerPlan, ...], num_blocks: int, nbytes: int, interleaved: bool) -> bool:
+def shares_block_consistently(
+    layers: tuple[LayerPlan, ...], num_blocks: int, nbytes: int, interleaved: bool, kv_page: int | None = None
+) -> bool:
     """Whether attention and Mamba layers can alias one buffer of ``nbytes``
-    (the single-buffer layout) without any byte mapping to different blocks."""
-    attn = [r for lp in layers if lp.family is LayoutFamily.PER_PART for r in part_regions(lp, num_blocks, nbytes, interleaved)]
-    states = [r for lp in layers if lp.family is not LayoutFamily.PER_PART for r in part_regions(lp, num_blocks, nbytes, interleaved)]
+    (the single-buffer layout, :func:`part_regions` with ``kv_page``) without
+    any byte mapping to different blocks."""
+    regions = {lp.name: part_regions(lp, num_blocks, nbytes, interleaved, kv_page) for lp in layers}
+    attn = [r for lp in layers if lp.family is LayoutFamily.PER_PART for r in regions[lp.name]]
+    states = [r for lp in layers if lp.family is not LayoutFamily.PER_PART for r in regions[lp.name]]
     return not any(crosses_blocks(a, m, num_blocks) for a in attn for m in states)
 
 
@@ -221,7 +206,10 @@ def plan_layout(
         for tid, layers in by_tensor.items()
         if {LayoutFamily.PER_PART, LayoutFamily.STATES} <= {lp.family for lp in layers}
     }
-    shared = {t for t in mixed if shares_block_consistently(by_tensor[t], n, plan.tensors[t].size, interleaved)}
+    kv_pages = {t: states_in_kv_page(by_tensor[t]) for t in mixed}
+    shared = {
+        t for t in mixed if shares_block_consistently(by_tensor[t], n, plan.tensors[t].size, interleaved, kv_pages[t])
+    }
     if mixed - shared:
         logger.info(
             "%s %d KV cache tensors hold attention and Mamba layers whose pages do not line up block by "
@@ -238,7 +226,7 @@ def plan_layout(
         whole = tuple(lp for lp in layers if lp.family is not LayoutFamily.PER_PART)
         attn = tuple(lp for lp in layers if lp.family is LayoutFamily.PER_PART)
         if tid in shared or (hybrid and not whole):
-            layouts.append(TensorLayout(tid, layers, (size,), True))
+            layouts.append(TensorLayout(tid, layers, (size,), True, kv_pages.get(tid) if tid in shared else None))
             continue
         if whole:
             layouts.append(TensorLayout(tid, whole, (size,), True))
@@ -256,14 +244,20 @@ def _kernel_split(view: Any, block_size: int, kernel_block_size: int | None) -> 
 
 
 def layer_views(
-    lp: LayerPlan, raw: Any, num_blocks: int, kernel_block_size: int | None, interleaved: bool = False
+    lp: LayerPlan,
+    raw: Any,
+    num_blocks: int,
+    kernel_block_size: int | None,
+    interleaved: bool = False,
+    kv_page: int | None = None,
 ) -> list[Any]:
     """Typed views of one layer, ``(num_blocks * part.blocks, *part.shape)``
     each (attention parts split into kernel blocks where ``kernel_block_size``
     is smaller than the block).
 
     ``raw`` is a tuple with one int8 buffer per part, or one int8 buffer
-    holding all parts where :func:`part_regions` puts them.
+    holding all parts where :func:`part_regions` puts them (``kv_page``: its
+    tensor's :attr:`TensorLayout.kv_page`).
 
     Raises:
         KVCacheLayoutError: a part is not aligned to its dtype, or the buffers
@@ -276,7 +270,7 @@ def layer_views(
     else:
         nbytes = raw.numel()
         chunks = []
-        for p, (offset, stride, _) in zip(parts, part_regions(lp, num_blocks, nbytes, interleaved)):
+        for p, (offset, stride, _) in zip(parts, part_regions(lp, num_blocks, nbytes, interleaved, kv_page)):
             if offset % p.dtype.itemsize or stride % p.dtype.itemsize:
                 raise KVCacheLayoutError(f"{lp.describe()}: part {p.name} at byte {offset} is not {p.dtype}-aligned")
             step = p.dtype.itemsize
