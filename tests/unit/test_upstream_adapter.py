@@ -14,9 +14,10 @@ runner's ``kv_caches`` list).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -24,7 +25,6 @@ import torch
 
 pytest.importorskip("vllm.v1.worker.gpu_model_runner", reason="needs vLLM's upstream runner (vLLM >= 0.30)")
 
-from vllm.config import VllmConfig  # noqa: E402
 import vllm.v1.kv_cache_interface as kv_cache_interface  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
@@ -32,110 +32,24 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
-import vllm.v1.worker.gpu.model_runner as v2_model_runner  # noqa: E402
-from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 
-from vllm_kv_strategies import patching  # noqa: E402
-from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter  # noqa: E402
-from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter  # noqa: E402
-from vllm_kv_strategies.compat.specs import kv_cache_planner  # noqa: E402
 from vllm_kv_strategies.errors import UnsupportedSpecError  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The harness, shared with the model zoo (tests/zoo); the other unit tests import it from here.
+from upstream_harness import (  # noqa: E402,F401
+    RUNNERS,
+    Layer,
+    alias_classes,
+    assert_same,
+    build,
+    describe,
+    make_config,
+    make_runner,
+    run_both,
+)
+
 BF16 = torch.bfloat16
-RUNNERS = ("v1", "v2")
-
-
-class Layer:
-    """Stands in for an attention module: records what is bound to it."""
-
-    def __init__(self) -> None:
-        self.kv_cache = None
-
-    def bind_kv_cache(self, kv_cache) -> None:
-        self.kv_cache = kv_cache
-
-
-def make_config(specs: dict, layout: str, memory: int, hf_config=None):
-    vllm_config = VllmConfig()
-    vllm_config.cache_config.kv_cache_layout = layout
-    hf = hf_config or SimpleNamespace(model_type="llama")
-    # V2's init_kv_cache reads the model type from vllm_config (LongCat-Flash has two attention modules per layer).
-    object.__setattr__(vllm_config, "model_config", SimpleNamespace(hf_config=hf, hf_text_config=hf))
-    get_kv_cache_groups, get_kv_cache_config_from_groups = kv_cache_planner()
-    groups = get_kv_cache_groups(vllm_config, dict(specs))
-    return vllm_config, get_kv_cache_config_from_groups(vllm_config, groups, memory)
-
-
-def make_runner(vllm_config, layer_names, *, shared=None, hf_config=None):
-    runner = GPUModelRunner.__new__(GPUModelRunner)
-    runner.device = torch.device("cpu")
-    runner.cache_config = vllm_config.cache_config
-    runner.vllm_config = vllm_config
-    hf = hf_config or SimpleNamespace(model_type="llama")
-    runner.model_config = vllm_config.model_config or SimpleNamespace(hf_config=hf, hf_text_config=hf)
-    runner.shared_kv_cache_layers = dict(shared or {})
-    runner.runner_only_attn_layers = set(runner.shared_kv_cache_layers)
-    runner.attn_groups = []
-    runner.speculative_config = None
-    runner.compilation_config = SimpleNamespace(
-        static_forward_context={n: Layer() for n in [*layer_names, *runner.shared_kv_cache_layers]}
-    )
-    runner.kv_caches = []
-    return runner
-
-
-def describe(t: torch.Tensor):
-    return (tuple(t.shape), t.stride(), t.dtype, t.storage_offset() * t.element_size())
-
-
-def alias_classes(kv_caches: dict) -> list[set[str]]:
-    by_storage: dict[int, set[str]] = {}
-    for name, t in kv_caches.items():
-        by_storage.setdefault(t.untyped_storage().data_ptr(), set()).add(name)
-    return sorted(by_storage.values(), key=sorted)
-
-
-def build(version: str, vllm_config, config, names, kernel_block_sizes, *, plugin: bool, shared=None):
-    """(runner-like, kv_caches) from V1's or V2's stock build, or the plugin's."""
-    runner = make_runner(vllm_config, names, shared=shared)
-    config = copy.deepcopy(config)
-    if version == "v1":
-        stock = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
-        if plugin:
-            return runner, UpstreamV1Adapter().initialize_kv_cache_tensors(stock, runner, config, kernel_block_sizes)
-        return runner, stock(runner, config, kernel_block_sizes)
-    stock = patching.original(v2_model_runner, "init_kv_cache")
-    forward_context = runner.compilation_config.static_forward_context
-    args = (forward_context, config, runner.device, kernel_block_sizes or [], vllm_config)
-    kv = UpstreamV2Adapter().init_kv_cache(stock, *args) if plugin else stock(*args)
-    runner.kv_caches = list(kv.values())  # what V2's initialize_kv_cache keeps
-    return runner, kv
-
-
-def run_both(specs, layout="LBHNC", memory=1 << 22, kernel_block_sizes=None, *, version="v1", hf_config=None, shared=None):
-    vllm_config, config = make_config(specs, layout, memory, hf_config)
-    names = list(specs)
-    stock = build(version, vllm_config, config, names, kernel_block_sizes, plugin=False, shared=shared)
-    ours = build(version, vllm_config, config, names, kernel_block_sizes, plugin=True, shared=shared)
-    return config, stock, ours
-
-
-def assert_same(stock_pair, ours_pair):
-    (stock_runner, stock), (ours_runner, ours) = stock_pair, ours_pair
-    assert stock.keys() == ours.keys()
-    for name in stock:
-        assert describe(ours[name]) == describe(stock[name]), name
-    assert alias_classes(ours) == alias_classes(stock)
-    assert [describe(t) for t in ours_runner.kv_caches] == [describe(t) for t in stock_runner.kv_caches]
-    for name, layer in ours_runner.compilation_config.static_forward_context.items():
-        stock_bound = stock_runner.compilation_config.static_forward_context[name].kv_cache
-        if isinstance(layer.kv_cache, torch.Tensor):
-            assert describe(layer.kv_cache) == describe(stock_bound), name
-        else:  # Mamba layers bind a list of state views
-            assert [describe(t) for t in layer.kv_cache] == [describe(t) for t in stock_bound], name
-    total = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in ours.values()}
-    stock_total = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in stock.values()}
-    assert sum(total.values()) == sum(stock_total.values())
 
 
 @pytest.fixture(params=RUNNERS)
