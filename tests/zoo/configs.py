@@ -128,7 +128,8 @@ def tiny_config(cls: type, arch: str, overrides: dict[str, Any]) -> dict[str, An
     n = overrides.get("num_hidden_layers", NUM_LAYERS)
     kwargs: dict[str, Any] = {}
     for key, value in COMMON.items():
-        if key != "head_dim" or name(key) in default:  # some classes derive head_dim (a read-only property)
+        attr = getattr(cls, name(key), None)
+        if not (isinstance(attr, property) and attr.fset is None):  # some classes derive head_dim (read-only)
             kwargs[name(key)] = value
     for key, value in IF_PRESENT.items():
         if name(key) in default and default[name(key)] is not None:
@@ -153,7 +154,7 @@ def tiny_config(cls: type, arch: str, overrides: dict[str, Any]) -> dict[str, An
         kwargs[name(key)] = value
     kwargs["architectures"] = [arch]
     kwargs.setdefault("torch_dtype", "bfloat16")
-    config = cls(**kwargs).to_dict()
+    config = cls(**kwargs).to_diff_dict()  # what differs from the defaults, as a checkpoint writes it
     config["architectures"] = [arch]
     return config
 

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(row.line(), flush=True)
                 rows.append(row)
     if args.all:
-        rows += [zoo.Row(arch, "-", "not-configurable", detail=why) for arch, why in configs.unconfigurable().items()]
+        rows += zoo.unconfigurable_rows()
     print()
     print(zoo.table(rows))
     print(f"({time.monotonic() - start:.0f} s)")

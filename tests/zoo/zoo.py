@@ -11,7 +11,11 @@ For one architecture (:mod:`configs` writes its tiny HF config):
    ``GPUModelRunner.get_kv_cache_spec`` and V2's ``attn_utils.get_kv_cache_spec``
    (they must agree), cross-layer KV sharing from the modules.
 3. The ``KVCacheConfig`` vLLM's own planner makes (``kv_cache_planner()``), the
-   attention groups and kernel block sizes from V2's ``init_attn_backend``.
+   attention groups and kernel block sizes from V2's ``init_attn_backend``
+   (which also adds the KV-sharing layers to their target's group, as both
+   runners do before the build). Where this CPU's attention kernels refuse
+   the model (FP8 KV caches need AVX-512 or AMX), the groups' own block sizes
+   and vLLM's ``add_kv_sharing_layers_to_kv_cache_groups``, said in the row.
 4. Per runner: stock's build, then the plugin's in ``KV_STRATEGIES=auto``, on
    the model's own modules (vLLM's ``clear_layer_kv_caches`` between them),
    compared with :func:`upstream_harness.snapshot`.
@@ -168,6 +172,7 @@ class Built:
     forward_context: dict[str, Any]
     specs: dict[str, Any]
     shared: dict[str, str]
+    #: vLLM's plan, with the KV-sharing layers in their target's group (as the runners build it).
     kv_cache_config: Any
     attn_groups: list
     kernel_block_sizes: list[int]
@@ -184,6 +189,7 @@ def construct(model_dir: Path, kv_cache_dtype: str = "auto", speculative: dict |
     from vllm.v1.worker.gpu import attn_utils
     from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    from vllm.v1.worker.utils import add_kv_sharing_layers_to_kv_cache_groups
     from vllm.v1.worker.worker_base import WorkerBase
 
     with stage("config"), inspect_models_in_process():
@@ -217,22 +223,23 @@ def construct(model_dir: Path, kv_cache_dtype: str = "auto", speculative: dict |
         pages = sum(spec.page_size_bytes for spec in specs.values())
         kv_cache_config = harness.plan_config(vllm_config, specs, NUM_BLOCKS * pages)
     note = ""
+    shared = dict(runner.shared_kv_cache_layers)
+    # The runners add the KV-sharing layers to their target's group before the build
+    # (V2: init_attn_backend; V1: maybe_add_kv_sharing_layers_to_kv_cache_groups).
+    runner_config = copy.deepcopy(kv_cache_config)
     try:
         with set_current_vllm_config(vllm_config):
-            attn_groups, _, kernel_block_sizes = attn_utils.init_attn_backend(
-                copy.deepcopy(kv_cache_config), vllm_config, torch.device("cpu")
-            )
+            attn_groups, _, kernel_block_sizes = attn_utils.init_attn_backend(runner_config, vllm_config, torch.device("cpu"))
     except Exception as exc:
         # The attention kernels of this CPU refuse the model (FP8 KV caches want
         # AVX-512 or AMX): the KV cache build itself does not depend on them.
         # Compare it on the groups' own block sizes (no kernel-block split),
         # saying so in the row.
-        attn_groups, kernel_block_sizes = [], [g.kv_cache_spec.block_size for g in kv_cache_config.kv_cache_groups]
+        runner_config = copy.deepcopy(kv_cache_config)
+        add_kv_sharing_layers_to_kv_cache_groups(shared, runner_config.kv_cache_groups)
+        attn_groups, kernel_block_sizes = [], [g.kv_cache_spec.block_size for g in runner_config.kv_cache_groups]
         note = f"kernel blocks unsplit: init_attn_backend raised {type(exc).__name__}: {str(exc).splitlines()[0]}"[:200]
-    return Built(
-        vllm_config, forward_context, specs, dict(runner.shared_kv_cache_layers), kv_cache_config, attn_groups,
-        list(kernel_block_sizes), note,
-    )
+    return Built(vllm_config, forward_context, specs, shared, runner_config, attn_groups, list(kernel_block_sizes), note)
 
 
 def spec_kinds(specs: dict[str, Any]) -> str:
@@ -252,7 +259,8 @@ def compare(built: Built, version: str) -> tuple[list[str], list[str]]:
     kwargs = dict(shared=built.shared, forward_context=built.forward_context, attn_groups=built.attn_groups)
     with set_current_vllm_config(built.vllm_config):
         clear_layer_kv_caches(layers)
-        stock = harness.snapshot(harness.build(*args, plugin=False, **kwargs))
+        with stage(f"stock {version} KV cache build"):
+            stock = harness.snapshot(harness.build(*args, plugin=False, **kwargs))
         clear_layer_kv_caches(layers)
         with plugin_mode("auto"), plugin_records() as records:
             ours = harness.snapshot(harness.build(*args, plugin=True, **kwargs))
@@ -269,6 +277,9 @@ def judge(row: Row, built: Built) -> Row:
         reset_warn_once()
         try:
             diffs, warnings = compare(built, version)
+        except StockError as exc:
+            row.result, row.detail = STOCK_CANNOT, str(exc)
+            return row
         except Exception as exc:
             row.runners[version] = "".join(traceback.format_exception_only(exc)).strip()[:400]
             results[version] = PLUGIN_FAILED
@@ -313,6 +324,13 @@ def try_arch(arch: str, work_dir: Path, kv_cache_dtype: str = "auto") -> Row:
     finally:
         del built
         gc.collect()
+
+
+def unconfigurable_rows() -> list[Row]:
+    """A ``not-configurable`` row for each registry architecture no installed config class configures."""
+    import configs
+
+    return [Row(arch, "-", "not-configurable", detail=why) for arch, why in configs.unconfigurable().items()]
 
 
 def table(rows: list[Row]) -> str:
