@@ -118,8 +118,7 @@ def _pick_layers(per_layer: list[Any], n: int) -> list[int]:
 def tiny_config(cls: type, arch: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """``cls``'s defaults made tiny (see the module doc), as ``config.json`` content."""
     default = cls().to_dict()
-    inverse = {v: k for k, v in getattr(cls, "attribute_map", {}).items()}  # specific -> standard
-    attribute_map = getattr(cls, "attribute_map", {})
+    attribute_map = getattr(cls, "attribute_map", {})  # standard name -> the class's own
 
     def name(key: str) -> str:
         return attribute_map.get(key, key)
@@ -135,7 +134,7 @@ def tiny_config(cls: type, arch: str, overrides: dict[str, Any]) -> dict[str, An
         if name(key) in default and default[name(key)] is not None:
             kwargs[name(key)] = value
     if isinstance(n_default, int):
-        per_layer = [k for k, v in default.items() if isinstance(v, list) and len(v) == n_default and k not in inverse.values()]
+        per_layer = [k for k, v in default.items() if isinstance(v, list) and len(v) == n_default]
         kinds_key = next((k for k in ("layer_types", "layers_block_type") if k in per_layer), None)
         keep = _pick_layers(default[kinds_key], n) if kinds_key else list(range(n))
         for key in per_layer:

@@ -9,7 +9,8 @@ For one architecture (:mod:`configs` writes its tiny HF config):
    register in the static forward context.
 2. The KV cache specs the way the runners collect them: V1's
    ``GPUModelRunner.get_kv_cache_spec`` and V2's ``attn_utils.get_kv_cache_spec``
-   (they must agree), cross-layer KV sharing from the modules.
+   (they must agree), cross-layer KV sharing from the modules, and the KV
+   cache layout resolved as the engine core resolves it.
 3. The ``KVCacheConfig`` vLLM's own planner makes (``kv_cache_planner()``), the
    attention groups and kernel block sizes from V2's ``init_attn_backend``
    (which also adds the KV-sharing layers to their target's group, as both
