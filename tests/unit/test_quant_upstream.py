@@ -12,6 +12,7 @@ indexer layers, block 64) fp8_ds_mla 12,305,408 (pages 41,984 + 8,448).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from types import SimpleNamespace
 
@@ -48,6 +49,8 @@ from vllm_kv_strategies.strategies import ModelDims  # noqa: E402
 BF16, FP32, FP8, U8, I8 = torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.uint8, torch.int8
 DEEPSEEK = ModelDims(kv_lora_rank=512, qk_rope_head_dim=64, index_head_dim=128)
 DEEPSEEK_HF = SimpleNamespace(model_type="deepseek_v32", kv_lora_rank=512, qk_rope_head_dim=64, index_head_dim=128)
+#: DeepSeek's MLA and indexer layers pass ``max_tp_shards=1`` where the spec has the field (vLLM 0.31+).
+ONE_TP_SHARD = {"max_tp_shards": 1} if "max_tp_shards" in {f.name for f in dataclasses.fields(MLAAttentionSpec)} else {}
 MODES = ("int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
 
 
@@ -69,7 +72,7 @@ def ds_mla(block_size=64):
     """DeepSeek V3.2's MLA layer with ``--kv-cache-dtype fp8_ds_mla`` (``MLAAttention.get_kv_cache_spec``
     fields, then FlashMLA sparse's ``customize_spec``)."""
     spec = MLAAttentionSpec(
-        block_size=block_size, num_kv_heads=1, max_tp_shards=1, head_size=576, dtype=U8, cache_dtype_str="fp8_ds_mla",
+        block_size=block_size, num_kv_heads=1, **ONE_TP_SHARD, head_size=576, dtype=U8, cache_dtype_str="fp8_ds_mla",
         kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"), state_content_bytes=656, is_index_group_leader=True,
     )
     return customize_attention_spec(FlashMLASparseBackend, spec)
@@ -78,7 +81,7 @@ def ds_mla(block_size=64):
 def fp8_indexer(block_size=64):
     """``DeepseekV32IndexerCache.get_kv_cache_spec`` (vllm/model_executor/models/deepseek_v2.py)."""
     return MLAAttentionSpec(
-        block_size=block_size, num_kv_heads=1, max_tp_shards=1, head_size=132, dtype=U8, cache_role=SparseCacheRole.INDEXER
+        block_size=block_size, num_kv_heads=1, **ONE_TP_SHARD, head_size=132, dtype=U8, cache_role=SparseCacheRole.INDEXER
     )
 
 
