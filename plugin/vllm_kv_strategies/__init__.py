@@ -24,8 +24,12 @@ def register() -> None:
     :func:`vllm_kv_strategies.logger.announce`). ``observe`` wraps the runner
     like ``on`` but the adapters let stock build and only report it. Sets
     ``KV_STRATEGIES_RUN_ID`` when unset, so the processes vLLM starts from
-    this one write their reports under one run id. Idempotent: a repeat call
-    in one process does nothing.
+    this one write their reports under one run id. Lists the plugin's
+    variables in ``VLLM_RAY_EXTRA_ENV_VARS_TO_COPY`` so that vLLM's Ray
+    executor copies them to its workers, and logs an error when this process's
+    switch differs from the one of the process that started the deployment
+    (:mod:`vllm_kv_strategies.distributed`). Idempotent: a repeat call in one
+    process does nothing.
 
     Raises:
         ValueError: ``KV_STRATEGIES`` or ``KV_STRATEGIES_TEST_FAULT`` has an
@@ -49,6 +53,10 @@ def register() -> None:
         raise
     if _registered_platform is not None:  # decided already in this process
         return
+    from .distributed import carry_to_ray_workers, check_switch
+
+    carry_to_ray_workers()  # before this process can start Ray workers
+    check_switch(mode)
     if mode == "off":
         _registered_platform = "off"
         announce(logging.INFO, "%s off (KV_STRATEGIES=off): nothing patched", PREFIX)

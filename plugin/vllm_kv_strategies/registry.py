@@ -35,6 +35,7 @@ class StrategyRegistry:
 
     def __init__(self) -> None:
         self._by_type: dict[type, list[KVCacheStrategy]] = {}
+        self._registered: list[KVCacheStrategy] = []
 
     def register(self, strategy: KVCacheStrategy | type[KVCacheStrategy]) -> KVCacheStrategy:
         """Register ``strategy`` for each class in its ``spec_types()``.
@@ -72,6 +73,8 @@ class StrategyRegistry:
                 continue
             entries.append(strategy)
             entries.sort(key=lambda s: not _has_predicate(s))
+        if not any(type(s) is type(strategy) for s in self._registered):
+            self._registered.append(strategy)
         return strategy
 
     def refuse(self, strategy: KVCacheStrategy) -> None:
@@ -121,11 +124,14 @@ class StrategyRegistry:
         return strategy
 
     def strategies(self) -> list[KVCacheStrategy]:
+        """The registered strategies, in the order they were registered (the
+        built-in ones in ``BUILTIN_STRATEGIES`` order)."""
         seen: dict[type, KVCacheStrategy] = {}
         for entries in self._by_type.values():
             for s in entries:
                 seen.setdefault(type(s), s)
-        return list(seen.values())
+        order = {type(s): i for i, s in enumerate(self._registered)}
+        return sorted(seen.values(), key=lambda s: order[type(s)])
 
     def served_types(self, strategy: KVCacheStrategy) -> list[type]:
         """The spec classes ``strategy`` is registered for."""

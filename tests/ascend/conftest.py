@@ -100,6 +100,8 @@ else:
         ``auto`` explicitly. The process starts with ``off`` so that nothing patches the
         runner while vLLM loads its plugins at import."""
         monkeypatch.setenv("KV_STRATEGIES", "on")
+        # Recorded by the register() at import (off): a test's own register() is not a process of that deployment.
+        monkeypatch.delenv("KV_STRATEGIES_DRIVER_MODE", raising=False)
         from vllm_kv_strategies.logger import reset_warn_once
 
         reset_warn_once()

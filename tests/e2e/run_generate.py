@@ -124,6 +124,12 @@ def main(argv=None) -> int:
         "--tensor-parallel-size", type=int, default=1,
         help="workers (CPU: needs VLLM_CPU_OMP_THREADS_BIND, e.g. '0|1' for 2)",
     )
+    ap.add_argument("--pipeline-parallel-size", type=int, default=1,
+                    help="CPU 0.32: stops with --enforce-eager, stock too (see README, Multi-node / Ray)")
+    ap.add_argument(
+        "--distributed-executor-backend", default=None,
+        help="vLLM's default if unset ('ray' stops on vLLM's CPU build: see tests/e2e/ray_workers.py)",
+    )
     ap.add_argument(
         "--no-enforce-eager", dest="enforce_eager", action="store_false",
         help="let vLLM torch.compile the model (slow on CPU)",
@@ -155,10 +161,12 @@ def main(argv=None) -> int:
         max_model_len=args.max_model_len,
         max_num_seqs=1,
         tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
         enforce_eager=args.enforce_eager,
         seed=0,
         **{k: v for k, v in (("kv_cache_memory_bytes", args.kv_cache_memory_bytes),
-                             ("gpu_memory_utilization", args.gpu_memory_utilization)) if v is not None},
+                             ("gpu_memory_utilization", args.gpu_memory_utilization),
+                             ("distributed_executor_backend", args.distributed_executor_backend)) if v is not None},
     )
     t_init = time.perf_counter() - t1
 

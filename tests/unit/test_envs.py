@@ -16,6 +16,7 @@ EXPECTED = {
     "KV_STRATEGIES": ("auto", ("auto", "on", "off", "observe")),
     "KV_STRATEGIES_REPORT": ("", ("", "/tmp/kv-reports")),
     "KV_STRATEGIES_RUN_ID": ("", ("", "deployment-7")),
+    "KV_STRATEGIES_DRIVER_MODE": ("", ("", "auto", "on", "off", "observe")),
     "KV_STRATEGIES_TEST_FAULT": ("", ("", "share_group_cache")),
 }
 

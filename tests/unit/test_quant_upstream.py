@@ -12,6 +12,7 @@ indexer layers, block 64) fp8_ds_mla 12,305,408 (pages 41,984 + 8,448).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from types import SimpleNamespace
 
@@ -32,7 +33,12 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE  # noqa: E402
 from vllm.v1.attention.backends.mla.flashmla_sparse import FlashMLASparseBackend  # noqa: E402
 from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend  # noqa: E402
-from vllm.v1.worker.utils import customize_attention_spec  # noqa: E402
+try:  # vLLM >= 0.32: the backend's customize_spec plus the kernel-block stride alignment
+    from vllm.v1.worker.utils import customize_attention_spec  # noqa: E402
+except ImportError:  # vLLM 0.30 / 0.31: the runners call the backend's customize_spec alone
+
+    def customize_attention_spec(backend, spec):
+        return backend.customize_spec(spec)
 
 from vllm_kv_strategies.adapters.upstream import plan_upstream  # noqa: E402
 from vllm_kv_strategies.compat import upstream as upstream_facts  # noqa: E402
@@ -43,6 +49,8 @@ from vllm_kv_strategies.strategies import ModelDims  # noqa: E402
 BF16, FP32, FP8, U8, I8 = torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.uint8, torch.int8
 DEEPSEEK = ModelDims(kv_lora_rank=512, qk_rope_head_dim=64, index_head_dim=128)
 DEEPSEEK_HF = SimpleNamespace(model_type="deepseek_v32", kv_lora_rank=512, qk_rope_head_dim=64, index_head_dim=128)
+#: DeepSeek's MLA and indexer layers pass ``max_tp_shards=1`` where the spec has the field (vLLM 0.31+).
+ONE_TP_SHARD = {"max_tp_shards": 1} if "max_tp_shards" in {f.name for f in dataclasses.fields(MLAAttentionSpec)} else {}
 MODES = ("int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
 
 
@@ -52,7 +60,7 @@ def fields_table(part):
 
 def per_token_head(cache_dtype: str, heads=8, head_size=128, block_size=16, cls=FullAttentionSpec, **kw):
     """A dense spec as vLLM's GPU runner makes it: the layer's spec, then the Triton backend's
-    ``customize_spec`` (``customize_attention_spec``, vllm/v1/worker/utils.py)."""
+    ``customize_spec`` (0.32+: through ``customize_attention_spec``, vllm/v1/worker/utils.py)."""
     spec = cls(
         block_size=block_size, num_kv_heads=heads, head_size=head_size, dtype=STR_DTYPE_TO_TORCH_DTYPE[cache_dtype],
         kv_quant_mode=get_kv_quant_mode(cache_dtype), **kw,
@@ -64,7 +72,7 @@ def ds_mla(block_size=64):
     """DeepSeek V3.2's MLA layer with ``--kv-cache-dtype fp8_ds_mla`` (``MLAAttention.get_kv_cache_spec``
     fields, then FlashMLA sparse's ``customize_spec``)."""
     spec = MLAAttentionSpec(
-        block_size=block_size, num_kv_heads=1, max_tp_shards=1, head_size=576, dtype=U8, cache_dtype_str="fp8_ds_mla",
+        block_size=block_size, num_kv_heads=1, **ONE_TP_SHARD, head_size=576, dtype=U8, cache_dtype_str="fp8_ds_mla",
         kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"), state_content_bytes=656, is_index_group_leader=True,
     )
     return customize_attention_spec(FlashMLASparseBackend, spec)
@@ -73,7 +81,7 @@ def ds_mla(block_size=64):
 def fp8_indexer(block_size=64):
     """``DeepseekV32IndexerCache.get_kv_cache_spec`` (vllm/model_executor/models/deepseek_v2.py)."""
     return MLAAttentionSpec(
-        block_size=block_size, num_kv_heads=1, max_tp_shards=1, head_size=132, dtype=U8, cache_role=SparseCacheRole.INDEXER
+        block_size=block_size, num_kv_heads=1, **ONE_TP_SHARD, head_size=132, dtype=U8, cache_role=SparseCacheRole.INDEXER
     )
 
 
@@ -153,16 +161,22 @@ def test_per_token_head_without_its_scales_is_a_layout_error():
         default_registry().resolve(spec).page_parts(spec, ModelDims())
 
 
-@pytest.mark.parametrize(
-    ("kw", "word"),
-    [
-        (dict(dtype=U8, kv_quant_mode=KVQuantMode.NVFP4, num_head_slots=16, state_content_bytes=72), "NVFP4"),
-        (dict(dtype=U8, kv_quant_mode=KVQuantMode.TURBOQUANT_K8V4, state_content_bytes=196), "TURBOQUANT_K8V4"),
-        (dict(dtype=U8, kv_quant_mode=KVQuantMode.ULTRAQUANT_4BIT, state_content_bytes=72), "ULTRAQUANT_4BIT"),
-    ],
-    ids=["nvfp4", "turboquant", "ultraquant"],
-)
-def test_opaque_dense_modes_stay_refused_by_name(kw, word):
+#: (mode name, extra spec fields) of the opaque dense modes; each runs where the release's
+#: KVQuantMode has the member (ULTRAQUANT_4BIT is new in vLLM 0.32).
+OPAQUE_DENSE_MODES = [
+    (name, kw)
+    for name, kw in (
+        ("NVFP4", dict(num_head_slots=16, state_content_bytes=72)),
+        ("TURBOQUANT_K8V4", dict(state_content_bytes=196)),
+        ("ULTRAQUANT_4BIT", dict(state_content_bytes=72)),
+    )
+    if name in KVQuantMode.__members__
+]
+
+
+@pytest.mark.parametrize(("word", "kw"), OPAQUE_DENSE_MODES, ids=[name.lower() for name, _ in OPAQUE_DENSE_MODES])
+def test_opaque_dense_modes_stay_refused_by_name(word, kw):
+    kw = dict(kw, dtype=U8, kv_quant_mode=KVQuantMode[word])
     spec = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, **kw)
     with pytest.raises(UnsupportedSpecError, match=word):
         default_registry().resolve(spec).page_parts(spec, ModelDims())

@@ -76,10 +76,13 @@ def test_an_invalid_switch_logs_one_error_line_then_raises(monkeypatch, kv_log):
     assert not patched()
 
 
-def python(code: str, **env: str) -> subprocess.CompletedProcess:
+def python(code: str, merged: bool = False, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter without the caller's KV_STRATEGIES* / VLLM_*
+    variables; ``merged``: stderr into stdout, in the order a terminal shows them."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("KV_STRATEGIES", "VLLM_"))}
+    streams = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT) if merged else dict(capture_output=True)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env={**clean, **env},
-                          capture_output=True, text=True, timeout=300)
+                          text=True, timeout=300, **streams)
 
 
 def test_a_process_that_configures_logging_after_register_still_says_it_once():
@@ -118,10 +121,14 @@ def test_a_process_that_configures_logging_after_register_still_says_it_once():
 
 def test_an_invalid_switch_through_vllms_plugin_loader_prints_one_line_before_the_traceback():
     """What a user sees when vLLM loads the plugin with a bad switch and has not
-    configured logging yet (the API server): the line first, then the traceback."""
-    proc = python("import vllm.plugins; vllm.plugins.load_general_plugins()", KV_STRATEGIES="bogus")
+    configured logging yet (the API server): the line first, then the traceback. The line is
+    bare on stderr where vLLM's logging is not configured yet (0.32), and vLLM's own ERROR line
+    where importing vLLM configured it (0.30, whose handler writes to stdout)."""
+    proc = python("import vllm.plugins; vllm.plugins.load_general_plugins()", merged=True, KV_STRATEGIES="bogus")
     assert proc.returncode == 1
-    err = proc.stderr.splitlines()
-    assert [ln for ln in err if "kv_strategies:" in ln] == [INVALID]
-    assert err.index(INVALID) < err.index("Traceback (most recent call last):")
+    err = proc.stdout.splitlines()
+    ours = [i for i, ln in enumerate(err) if "kv_strategies:" in ln]
+    assert len(ours) == 1 and (err[ours[0]] == INVALID or err[ours[0]].startswith("ERROR ")), err
+    assert err[ours[0]].endswith(INVALID)
+    assert ours[0] < err.index("Traceback (most recent call last):")
     assert err[-1] == "ValueError: KV_STRATEGIES='bogus' is not valid; use one of 'auto', 'on', 'off', 'observe'."

@@ -303,7 +303,8 @@ def test_report_dir_flags_missing_stock_and_leftover_ranks(reports, tmp_path):
     (deploy / rank0.name).write_text(rank0.read_text())
     shown = run_cli(deploy)
     assert shown.returncode == 1
-    assert shown.stdout.splitlines()[-2:] == ["flagged:", "  rank 1: no report in this directory (world size 2)"]
+    assert shown.stdout.splitlines()[-2:] == ["flagged:", "  rank 1: no report in this directory (world size 2): the "
+                                              "plugin did not run there (KV_STRATEGIES=off on that rank's node?) or wrote elsewhere"]
     # Rank 1 left by an earlier observe run, with a 2-layer model's layout.
     stock = json.loads(reports["other_model"].read_text())
     leftover = {**stock, "totals": {**stock["totals"], "rank": 1}, "built_by": "stock", "mode": "observe",

@@ -226,7 +226,7 @@ def plan_layout(
         whole = tuple(lp for lp in layers if lp.family is not LayoutFamily.PER_PART)
         attn = tuple(lp for lp in layers if lp.family is LayoutFamily.PER_PART)
         if tid in shared or (hybrid and not whole):
-            layouts.append(TensorLayout(tid, layers, (size,), True, kv_pages.get(tid) if tid in shared else None))
+            layouts.append(TensorLayout(tid, layers, (size,), True, kv_page=kv_pages.get(tid) if tid in shared else None))
             continue
         if whole:
             layouts.append(TensorLayout(tid, whole, (size,), True))

@@ -194,7 +194,8 @@ def deployment(directory: str, per_rank: dict[int, tuple[str, dict]], found: int
     flags = []
     for rank in range(world):
         if rank not in per_rank:
-            flags.append(f"rank {rank}: no report in this directory (world size {world})")
+            flags.append(f"rank {rank}: no report in this directory (world size {world}): the plugin did not run "
+                         "there (KV_STRATEGIES=off on that rank's node?) or wrote elsewhere")
     for rank, (_, r) in per_rank.items():
         if r["built_by"] != "plugin":
             flags.append(f"rank {rank}: the plugin did not build this KV cache (stock vLLM, KV_STRATEGIES={r.get('mode')})")
