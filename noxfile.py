@@ -27,6 +27,7 @@ environment cannot be installed fails before any test runs.
     tools/nox.sh -s upstream-0.32.0 --reuse-venv=no   # rebuild the environment from scratch
     tools/nox.sh -s demo                              # the README's main job (tools/demo.sh)
     tools/nox.sh -s zoo                               # the whole model zoo (tests/zoo), with its table
+    tools/nox.sh -s zoo-ascend-0.23.0                 # the whole Ascend model zoo on one release (not in CI)
 
 Environments are reused between runs and synchronised with their pins (what
 they change is reinstalled, what they drop is uninstalled), and this checkout
@@ -173,6 +174,25 @@ def _register_cells() -> None:
     for cell, (description, tests, env) in cells.items():
         nox.session(name=cell)(_cell(cell, description, tests, env))
         nox.options.sessions.append(cell)
+    for pair in MATRIX["ascend"]:
+        cell = f"ascend-{pair['vllm_ascend']}"
+        nox.session(name=f"zoo-{cell}", default=False)(_zoo(cell))
+
+
+def _zoo(cell: str):
+    def zoo(session: nox.Session) -> None:
+        # The cell's pins in an environment of its own (.nox/zoo-<cell>), as the demo has.
+        _install(session, cell)
+        session.run(
+            "python", "-m", "pytest", "tests/ascend/test_zoo.py", "-p", "no:cacheprovider", "-q", *session.posargs,
+            env={"KV_ZOO": "all"},
+        )
+
+    zoo.__doc__ = (
+        f"The whole Ascend model zoo (tests/ascend/test_zoo.py, KV_ZOO=all) in {cell}'s pinned environment: "
+        "every model at TP 1, 4, 8, with and without kv_transfer_config, stock vs plugin, and the verdict table"
+    )
+    return zoo
 
 
 _register_cells()

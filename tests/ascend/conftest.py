@@ -71,6 +71,7 @@ else:
         "test_quant_ascend.py",
         "test_hybrid_sizing.py",
         "test_never_worse.py",
+        "test_zoo.py",
     }
 
     if ASCEND_RELEASE != "0.23.0":
@@ -107,11 +108,39 @@ else:
 
         reset_warn_once()
 
+    #: [model, tp, kv_transfer, kinds, result, detail, stock bytes, plugin bytes], filled by test_zoo.
+    ZOO_TABLE: list[list] = []
+
     @pytest.fixture
     def bytes_table():
         return BYTES_TABLE
 
+    @pytest.fixture
+    def zoo_table():
+        return ZOO_TABLE
+
+    def _zoo_summary(tr) -> None:
+        from collections import Counter
+
+        import zoo_models
+
+        tr.section(f"Ascend model zoo, stock vs plugin (vllm-ascend {ASCEND_VERSION}, N = {zoo_models.NUM_BLOCKS} blocks)")
+        tr.write_line(f"{'model':42} {'TP':>2} {'transfer':8} {'kinds':28} {'result':9} detail")
+        for name, tp, transfer, kinds, result, detail, stock, ours in ZOO_TABLE:
+            tr.write_line(f"{name:42} {tp:>2} {str(transfer):8} {kinds:28} {result:9} {detail}")
+        counts = Counter(row[4] for row in ZOO_TABLE)
+        models = len({row[0].split(" (")[0] for row in ZOO_TABLE})
+        tr.write_line(
+            f"{models} models, {len(ZOO_TABLE)} configurations: "
+            + ", ".join(f"{counts[k]} {k}" for k in ("identical", "better", "fallback", "refused", "FAILED") if counts[k])
+        )
+        shrunk = [f"{m.name} ({m.shrunk})" for m in zoo_models.MODELS.values() if m.shrunk and m.name in {r[0].split(" (")[0] for r in ZOO_TABLE}]
+        if shrunk:
+            tr.write_line("layer counts shrunk (pattern kept): " + "; ".join(shrunk))
+
     def pytest_terminal_summary(terminalreporter):
+        if ZOO_TABLE:
+            _zoo_summary(terminalreporter)
         if not BYTES_TABLE:
             return
         tr = terminalreporter

@@ -102,6 +102,10 @@ __all__ = [
     "stock_initializer",
     "qwen3_next",
     "qwen35_style",
+    "gqa_model",
+    "mamba_hybrid",
+    "minimax_m1",
+    "linear_attention_mamba_type",
     "installed_plugin_sizing",
     "ALIGNMENT",
     "t_hyb_toy",
@@ -171,6 +175,22 @@ GDNLayer = next(
     ),
     _GatedDeltaNetStandIn,
 )
+
+
+#: vLLM's MiniMax lightning (linear) attention layer class (its module moved between releases).
+MiniMaxLinearLayer = _first(
+    "vllm.model_executor.layers.mamba.linear.minimax_linear_attn:MiniMaxText01LinearAttention",
+    "vllm.model_executor.layers.mamba.linear_attn:MiniMaxText01LinearAttention",
+    "vllm.model_executor.models.minimax_text_01:MiniMaxText01LinearAttention",
+)
+
+
+def linear_attention_mamba_type() -> Any:
+    """``MambaSpec.mamba_type`` of a MiniMax linear attention layer in this release (the layer
+    class's ``mamba_type``: ``"linear_attention"``, 0.23 ``MambaAttentionBackendEnum.LINEAR``)."""
+    if MiniMaxLinearLayer is None:
+        return "linear_attention"
+    return _bare_layer(MiniMaxLinearLayer).mamba_type
 
 
 def gdn_mamba_type() -> Any:
@@ -246,9 +266,11 @@ def _kind_of(spec: KVCacheSpec, attention_kind: str | None) -> str:
     return "mla" if isinstance(spec, MLAAttentionSpec) else "attn"
 
 
-def _layer_for(name: str, kind: str, spec: KVCacheSpec, mla_dims: tuple[int, int]) -> nn.Module:
+def _layer_for(
+    name: str, kind: str, spec: KVCacheSpec, mla_dims: tuple[int, int], mamba_layer: type | None = None
+) -> nn.Module:
     if kind == "mamba":
-        return _bare_layer(GDNLayer, prefix=name)
+        return _bare_layer(mamba_layer or GDNLayer, prefix=name)
     if kind in ("mla", "sfa"):
         sparse = getattr(spec, "sparse_head_dim", None)
         packed = getattr(spec, "cache_sparse_sfa_c8", False)  # sparse_head_dim[0] is the packed row
@@ -257,8 +279,10 @@ def _layer_for(name: str, kind: str, spec: KVCacheSpec, mla_dims: tuple[int, int
     return _bare_layer(Attention, layer_name=name)
 
 
-def _backend_for(kind: str, spec: KVCacheSpec) -> type:
+def _backend_for(kind: str, spec: KVCacheSpec, mamba_layer: type | None = None) -> type:
     if kind == "mamba":
+        if mamba_layer is not None:  # the layer's own (MambaBase.get_attn_backend)
+            return _bare_layer(mamba_layer).get_attn_backend()
         if spec.mamba_type == gdn_mamba_type():
             return GDNBackend
         from vllm.v1.attention.backends.registry import get_mamba_attn_backend  # noqa: PLC0415 (0.23)
@@ -281,7 +305,9 @@ def _layer_specs(kv_cache_config: KVCacheConfig) -> dict[str, KVCacheSpec]:
 _GROUP_FIELDS = {f.name for f in dataclasses.fields(AttentionGroup)}
 
 
-def _attn_groups(kv_cache_config: KVCacheConfig, attention_kind: str | None) -> list[list[AttentionGroup]]:
+def _attn_groups(
+    kv_cache_config: KVCacheConfig, attention_kind: str | None, mamba_layer: type | None = None
+) -> list[list[AttentionGroup]]:
     """One AttentionGroup per (backend, layer spec) inside each KV cache group, as
     NPUModelRunner.initialize_attn_backend builds them (metadata builders left empty)."""
     layer_specs = _layer_specs(kv_cache_config)
@@ -290,7 +316,7 @@ def _attn_groups(kv_cache_config: KVCacheConfig, attention_kind: str | None) -> 
         by_key: dict[tuple[type, KVCacheSpec], list[str]] = defaultdict(list)
         for name in group.layer_names:
             spec = layer_specs[name]
-            by_key[(_backend_for(_kind_of(spec, attention_kind), spec), spec)].append(name)
+            by_key[(_backend_for(_kind_of(spec, attention_kind), spec, mamba_layer), spec)].append(name)
         groups = []
         for (backend, spec), names in by_key.items():
             kwargs = dict(backend=backend, layer_names=names, kv_cache_spec=spec, metadata_builders=[])
@@ -334,6 +360,7 @@ def make_runner(
     model_dtype: torch.dtype = BF16,
     trace: bool = False,
     device: str | torch.device = "cpu",
+    mamba_layer: type | None = None,
 ) -> NPUModelRunner:
     """A real NPUModelRunner made with ``__new__`` carrying what the stock KV code reads.
 
@@ -350,7 +377,8 @@ def make_runner(
     ``vllm_config.quant_config`` (a real ``AscendModelSlimConfig`` for FA quant, see
     :func:`fa_quant_config`); ``model_dtype``: ``model_config.dtype`` (the FA-quant rope's dtype).
     ``trace=True`` returns a subclass instance that records the instance attributes read, in
-    ``runner._reads``.
+    ``runner._reads``. ``mamba_layer``: the class of the Mamba-type layers and, through its
+    ``get_attn_backend``, their backend (default: the release's gated delta net layer).
     """
     layer_specs = _layer_specs(kv_cache_config)
     kinds = {name: _kind_of(spec, attention_kind) for name, spec in layer_specs.items()}
@@ -361,7 +389,7 @@ def make_runner(
         index_head_dim = max((getattr(s, "sparse_head_dim", None) or (0, 0, 128))[2] for s in sparse_specs)
 
     forward_context: dict[str, nn.Module] = {
-        name: _layer_for(name, kinds[name], spec, mla_dims) for name, spec in layer_specs.items()
+        name: _layer_for(name, kinds[name], spec, mla_dims, mamba_layer) for name, spec in layer_specs.items()
     }
     shared = dict(shared_kv_cache_layers or {})
     for name, target in shared.items():
@@ -390,7 +418,7 @@ def make_runner(
 
     cls = _tracing_subclass(NPUModelRunner) if trace else NPUModelRunner
     runner = cls.__new__(cls)
-    attn_groups = _attn_groups(kv_cache_config, attention_kind)
+    attn_groups = _attn_groups(kv_cache_config, attention_kind, mamba_layer)
     attrs: dict[str, Any] = dict(
         device=torch.device(device),
         vllm_config=vllm_config,
@@ -501,6 +529,51 @@ def build_kv_cache_config(
     return config
 
 
+ChunkedLocalAttentionSpec = _first("vllm.v1.kv_cache_interface:ChunkedLocalAttentionSpec")
+
+
+def gqa_model(
+    name: str,
+    tp: int = 1,
+    num_blocks: int = 4,
+    *,
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    layer_types: Iterable[str] | None = None,
+    sliding_window: int | None = None,
+    attention_chunk_size: int | None = None,
+    mtp_layers: int = 0,
+    model_type: str = "llama",
+    block_size: int = 128,
+    dtype: torch.dtype = BF16,
+    max_model_len: int | None = None,
+) -> ModelKV:
+    """A decoder of (grouped-query) attention layers as vLLM's ``Attention.get_kv_cache_spec``
+    emits them on Ascend: ``num_kv_heads // tp`` heads per rank (at least 1: vLLM replicates KV
+    heads when TP exceeds them), ``head_dim``, block ``block_size`` (the Ascend platform's 128).
+
+    ``layer_types`` (HF ``layer_types``, default all ``full_attention``) per layer:
+    ``full_attention`` -> ``FullAttentionSpec``; ``sliding_attention`` -> ``SlidingWindowSpec``
+    of ``sliding_window`` (Gemma 3, gpt-oss); ``chunked_attention`` -> ``ChunkedLocalAttentionSpec``
+    of ``attention_chunk_size`` (Llama 4's RoPE layers, vLLM's ``ChunkedLocalAttention``).
+    ``mtp_layers`` full-attention draft layers follow at ``model.layers.{num_layers + k}`` (GLM-4.5
+    MTP: ``Glm4MoeMultiTokenPredictor``). Layers are named ``model.layers.{i}.self_attn.attn``."""
+    kinds = list(layer_types) if layer_types is not None else ["full_attention"] * num_layers
+    assert len(kinds) == num_layers, (name, len(kinds), num_layers)
+    attn = dict(block_size=block_size, num_kv_heads=max(1, num_kv_heads // tp), head_size=head_dim, dtype=dtype)
+    by_kind = {"full_attention": FullAttentionSpec(**attn)}
+    if sliding_window is not None:
+        by_kind["sliding_attention"] = SlidingWindowSpec(**attn, sliding_window=sliding_window)
+    if attention_chunk_size is not None:
+        assert ChunkedLocalAttentionSpec is not None, f"vLLM of vllm-ascend {ASCEND_VERSION} has no chunked local attention"
+        by_kind["chunked_attention"] = ChunkedLocalAttentionSpec(**attn, attention_chunk_size=attention_chunk_size)
+    kinds += ["full_attention"] * mtp_layers
+    specs = {f"model.layers.{i}.self_attn.attn": by_kind[kind] for i, kind in enumerate(kinds)}
+    config = build_kv_cache_config(specs, num_blocks, max_model_len=max_model_len)
+    return ModelKV(name, tp, config, specs, runner_kwargs={"model_type": model_type})
+
+
 def qwen3_8b(tp: int = 1, num_blocks: int = 4, block_size: int = 128, dtype: torch.dtype = BF16) -> ModelKV:
     """Qwen3-8B: 36 full-attention layers, 8 KV heads (8/tp per rank), head 128, bf16.
 
@@ -509,18 +582,10 @@ def qwen3_8b(tp: int = 1, num_blocks: int = 4, block_size: int = 128, dtype: tor
     ``Attention.get_kv_cache_spec`` returns a plain ``FullAttentionSpec(dtype=int8)``, scales
     outside the cache; 0.11 gets the same spec from ``additional_config={"kv_cache_dtype": "int8"}``
     (and lays it out BSH)."""
-    total_kv_heads, layers = 8, 36
-    spec = FullAttentionSpec(
-        block_size=block_size,
-        num_kv_heads=max(1, total_kv_heads // tp),
-        head_size=128,
-        dtype=dtype,
-    )
-    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(layers)}
     suffix = "" if dtype == BF16 else f" {str(dtype).removeprefix('torch.')}"
-    return ModelKV(
-        "Qwen3-8B" + suffix, tp, build_kv_cache_config(specs, num_blocks), specs,
-        runner_kwargs={"model_type": "qwen3"},
+    return gqa_model(
+        "Qwen3-8B" + suffix, tp, num_blocks, num_layers=36, num_kv_heads=8, head_dim=128,
+        model_type="qwen3", block_size=block_size, dtype=dtype,
     )
 
 
@@ -542,6 +607,11 @@ def deepseek_v3(
     upstream_spec: bool = False,
     fa_quant: bool = False,
     fa_dtype: torch.dtype = torch.int8,
+    *,
+    num_layers: int = 61,
+    mtp_layers: int = 0,
+    name: str = "DeepSeek-V3",
+    model_type: str = "deepseek_v3",
 ) -> ModelKV:
     """DeepSeek-V3: 61 MLA layers, kv_lora_rank 512 + qk_rope_head_dim 64 = 576, bf16.
 
@@ -554,17 +624,23 @@ def deepseek_v3(
     instance, where ``impl.fa_quant_layer`` holds: ``AscendMLAAttentionSpec(head_size = 576 + 64
     = 640, dtype=int8, cache_dtype_str=None)`` (int8 nope + bf16 rope), and the runner's
     ``quant_config`` from :func:`fa_quant_config` for all 61 layers. ``fa_dtype``: the nope's
-    dtype, int8 on A2, ``torch.float8_e4m3fn`` on A5 (0.23, any instance role)."""
-    kwargs: dict[str, Any] = {"model_type": "deepseek_v3", "mla_dims": (512, 64)}
+    dtype, int8 on A2, ``torch.float8_e4m3fn`` on A5 (0.23, any instance role).
+
+    Other DeepSeek-V3-style MLA models (the same 512 + 64 latent): ``num_layers``, ``name``,
+    ``model_type`` (DeepSeek-V2-Lite 27 layers, Kimi-K2 61); ``mtp_layers`` MTP draft layers
+    follow at ``model.layers.{num_layers + k}.self_attn.attn`` (vLLM's
+    ``DeepSeekMultiTokenPredictor``), with the same spec."""
+    total = num_layers + mtp_layers
+    kwargs: dict[str, Any] = {"model_type": model_type, "mla_dims": (512, 64)}
     if fa_quant:
         assert AscendMLAAttentionSpec is not None, f"vllm-ascend {ASCEND_VERSION} has no FA-quant KV cache"
         spec = AscendMLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=640, dtype=fa_dtype, cache_dtype_str=None)
-        kwargs["quant_config"] = fa_quant_config(range(61))
+        kwargs["quant_config"] = fa_quant_config(range(total))
     else:
         cls = MLAAttentionSpec if upstream_spec or AscendMLAAttentionSpec is None else AscendMLAAttentionSpec
         spec = cls(block_size=block_size, num_kv_heads=1, head_size=576, dtype=BF16, cache_dtype_str="auto")
-    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(61)}
-    name = "DeepSeek-V3" + (" (upstream MLAAttentionSpec)" if upstream_spec else "") + (" FA-quant" if fa_quant else "")
+    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(total)}
+    name += (" (upstream MLAAttentionSpec)" if upstream_spec else "") + (" FA-quant" if fa_quant else "")
     return ModelKV(name, tp, build_kv_cache_config(specs, num_blocks), specs, runner_kwargs=kwargs)
 
 
@@ -578,8 +654,12 @@ def deepseek_v32(
     rep: int = 1,
     indexer_layers: Iterable[int] | None = None,
     li_c8_layers: Iterable[int] | None = None,
+    num_layers: int = 61,
+    mtp_layers: int = 0,
 ) -> ModelKV:
-    """DeepSeek-V3.2-Exp (sparse MLA / DSA): 61 layers, each with an indexer key cache.
+    """DeepSeek-V3.2-Exp (sparse MLA / DSA): 61 layers, each with an indexer key cache
+    (``num_layers``; ``mtp_layers`` MTP draft layers of the same spec follow, as in
+    :func:`deepseek_v3`).
 
     As the release's get_kv_cache_spec builds it:
 
@@ -597,7 +677,8 @@ def deepseek_v32(
     * 0.11 / 0.13 (``LEGACY_SPARSE``): a plain ``FullAttentionSpec(num_kv_heads=1,
       head_size=576)``, a K+V page of twice the MLA latent; the runner's ``use_sparse`` and the
       sparse backend tell the layers apart. No C8 variants."""
-    layers = [f"model.layers.{i}.self_attn.attn" for i in range(61)]
+    total = num_layers + mtp_layers
+    layers = [f"model.layers.{i}.self_attn.attn" for i in range(total)]
     kwargs: dict[str, Any] = {"model_type": "deepseek_v32", "mla_dims": (512, 64), "index_head_dim": 128}
     if LEGACY_SPARSE:
         assert not (li_c8 or sfa_c8), f"vllm-ascend {ASCEND_VERSION} has no sparse C8 cache"
@@ -610,8 +691,8 @@ def deepseek_v32(
         f"vllm-ascend {ASCEND_VERSION} has no DCP-replicated, per-layer or shared indexers"
     )
     assert not sfa_c8 or "cache_sparse_sfa_c8" in fields, f"vllm-ascend {ASCEND_VERSION} has no SFA C8 cache"
-    with_indexer = set(range(61) if indexer_layers is None else indexer_layers)
-    li = set(range(61) if li_c8_layers is None else li_c8_layers) if li_c8 else set()
+    with_indexer = set(range(total) if indexer_layers is None else indexer_layers)
+    li = set(range(total) if li_c8_layers is None else li_c8_layers) if li_c8 else set()
     if sfa_c8:
         from vllm_ascend.attention.utils import get_sfa_qsfa_packed_head_dim  # noqa: PLC0415
 
@@ -689,22 +770,52 @@ class _Qwen3NextMambaStates:
         )
 
 
+class _MiniMaxLinearStates:
+    """Stand-in for vLLM's ``MiniMaxText01ForCausalLM`` where its module does not import on CPU:
+    the same two classmethods, calling vLLM's linear-attention calculators with the same
+    arguments (one state (heads / tp, head_dim, head_dim) in the model dtype)."""
+
+    @classmethod
+    def get_mamba_state_shape_from_config(cls, vllm_config):
+        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator  # noqa: PLC0415
+
+        hf = vllm_config.model_config.hf_config
+        return MambaStateShapeCalculator.linear_attention_state_shape(
+            num_heads=hf.num_attention_heads,
+            tp_size=vllm_config.parallel_config.tensor_parallel_size,
+            head_dim=hf.head_dim,
+        )
+
+    @classmethod
+    def get_mamba_state_dtype_from_config(cls, vllm_config):
+        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator  # noqa: PLC0415
+
+        return MambaStateDtypeCalculator.linear_attention_state_dtype(
+            vllm_config.model_config.dtype, vllm_config.cache_config.mamba_cache_dtype
+        )
+
+
 @contextlib.contextmanager
-def _qwen3_next_model_class():
-    """vLLM's ``Qwen3NextForCausalLM``, or (vLLM 0.11) the stand-in, also as what
-    ``ModelRegistry.resolve_model_cls`` returns while the patched sizing runs."""
-    real = _first("vllm.model_executor.models.qwen3_next:Qwen3NextForCausalLM")
+def _model_class(path: str, stand_in: type):
+    """vLLM's model class ``path`` (``module:Class``), or where it does not import here (vLLM
+    0.11's qwen3_next needs triton) the stand-in, also as what ``ModelRegistry.resolve_model_cls``
+    returns while the patched sizing runs."""
+    real = _first(path)
     if real is not None:
         yield real
         return
     from vllm.model_executor.models import ModelRegistry  # noqa: PLC0415
 
     resolve = ModelRegistry.resolve_model_cls
-    ModelRegistry.resolve_model_cls = lambda *a, **k: (_Qwen3NextMambaStates, "Qwen3NextForCausalLM")
+    ModelRegistry.resolve_model_cls = lambda *a, **k: (stand_in, path.rpartition(":")[2])
     try:
-        yield _Qwen3NextMambaStates
+        yield stand_in
     finally:
         ModelRegistry.resolve_model_cls = resolve
+
+
+def _qwen3_next_model_class():
+    return _model_class("vllm.model_executor.models.qwen3_next:Qwen3NextForCausalLM", _Qwen3NextMambaStates)
 
 
 @contextlib.contextmanager
@@ -744,6 +855,8 @@ def qwen3_next(
     num_key_value_heads: int = 2,
     num_hidden_layers: int = 48,
     name: str = "Qwen3-Next-80B-A3B",
+    num_speculative_tokens: int = 0,
+    mtp_layers: int = 0,
 ) -> ModelKV:
     """Qwen3-Next-80B-A3B: 48 layers = 36 Gated DeltaNet (``linear_attn``) + 12 full attention
     (every 4th layer, ``self_attn.attn``), as vLLM + vllm-ascend size them at start-up:
@@ -769,20 +882,66 @@ def qwen3_next(
     hybrids (see :func:`qwen35_style`). ``available_memory``: plan for that many bytes per device
     instead of ``num_blocks`` (see :func:`build_kv_cache_config`). ``hf_overrides`` (attributes of
     the HF config, e.g. ``model_type``) and ``additional_config`` (vllm-ascend's) reach the sizing.
+    ``mtp_layers`` MTP draft attention layers (``mtp.layers.{k}.self_attn.attn``, vLLM's
+    ``Qwen3NextMultiTokenPredictor``; their spec is the target attention layers') and
+    ``num_speculative_tokens`` (the conv state grows by as many rows; the Mamba spec's
+    ``num_speculative_blocks``) give Qwen3-Next with MTP. The sizing is :func:`mamba_hybrid`'s.
     """
-    import vllm_ascend.patch.platform.patch_mamba_config  # noqa: F401, PLC0415
-    from vllm.model_executor.models.config import HybridAttentionMambaModelConfig  # noqa: PLC0415
-
     hf = _qwen3_next_hf_config(num_key_value_heads, num_hidden_layers)
     for key, value in (hf_overrides or {}).items():
         setattr(hf, key, value)
+    attn_layers = [f"model.layers.{i}.self_attn.attn" for i, k in enumerate(hf.layer_types) if k == "full_attention"]
+    attn_layers += [f"mtp.layers.{k}.self_attn.attn" for k in range(mtp_layers)]
+    mamba_layers = [f"model.layers.{i}.linear_attn" for i, k in enumerate(hf.layer_types) if k == "linear_attention"]
+    with _qwen3_next_model_class() as model_cls:
+        return mamba_hybrid(
+            name, tp, num_blocks, hf=hf, architecture="Qwen3NextForCausalLM", model_cls=model_cls,
+            attn_layers=attn_layers, mamba_layers=mamba_layers, mamba_type=gdn_mamba_type(),
+            max_model_len=max_model_len, block_size=block_size, plugin_sizing=plugin_sizing,
+            available_memory=available_memory, additional_config=additional_config,
+            num_speculative_tokens=num_speculative_tokens, model_type="qwen3_next",
+        )
+
+
+def mamba_hybrid(
+    name: str,
+    tp: int,
+    num_blocks: int,
+    *,
+    hf: Any,
+    architecture: str,
+    model_cls: type,
+    attn_layers: list[str],
+    mamba_layers: list[str],
+    mamba_type: Any,
+    max_model_len: int = 512,
+    block_size: int | None = None,
+    plugin_sizing: bool = False,
+    available_memory: int | None = None,
+    additional_config: dict[str, Any] | None = None,
+    num_speculative_tokens: int = 0,
+    model_type: str | None = None,
+    runner_kwargs: dict[str, Any] | None = None,
+) -> ModelKV:
+    """A hybrid of full-attention and Mamba-type layers (``hf``: its HF config), sized as vLLM +
+    vllm-ascend size it at start-up (see :func:`qwen3_next`): the Mamba states from
+    ``model_cls.get_mamba_state_shape_from_config`` / ``..._dtype_from_config``, the attention
+    block size and Mamba page padding from the release's patched
+    ``HybridAttentionMambaModelConfig.verify_and_update_config`` (``model_cls`` resolved for
+    ``architecture`` while it runs), attention specs first (Ascend's get_kv_cache_spec order),
+    groups / tensors from vLLM's planner. ``mamba_type`` is the Mamba layers' ``mamba_type``;
+    ``model_type`` the runner's (default ``hf.model_type``), ``runner_kwargs`` more for
+    :func:`make_runner`."""
+    import vllm_ascend.patch.platform.patch_mamba_config  # noqa: F401, PLC0415
+    from vllm.model_executor.models.config import HybridAttentionMambaModelConfig  # noqa: PLC0415
+
     kv_heads = max(1, hf.num_key_value_heads // tp)
     parallel_config = SimpleNamespace(tensor_parallel_size=tp)
     model_config = SimpleNamespace(
         hf_config=hf,
         hf_text_config=hf,
         dtype=BF16,
-        architecture="Qwen3NextForCausalLM",
+        architecture=architecture,
         model_impl="auto",
         runner_type="generate",
         convert_type="none",
@@ -802,6 +961,9 @@ def qwen3_next(
         mamba_block_size=None,
         enable_prefix_caching=False,
     )
+    speculative_config = (
+        SimpleNamespace(num_speculative_tokens=num_speculative_tokens, method="mtp") if num_speculative_tokens else None
+    )
     vllm_config = SimpleNamespace(
         model_config=model_config,
         cache_config=cache_config,
@@ -810,12 +972,12 @@ def qwen3_next(
             disable_hybrid_kv_cache_manager=False, enable_chunked_prefill=True
         ),
         compilation_config=SimpleNamespace(cudagraph_mode="as configured"),  # read by 0.11
-        speculative_config=None,
+        speculative_config=speculative_config,
         kv_transfer_config=None,
         additional_config=dict(additional_config or {}),
     )
     sizing = installed_plugin_sizing() if plugin_sizing else contextlib.nullcontext()
-    with _qwen3_next_model_class() as model_cls, sizing:
+    with sizing:
         HybridAttentionMambaModelConfig.verify_and_update_config(vllm_config)
         shapes = model_cls.get_mamba_state_shape_from_config(vllm_config)
         dtypes = model_cls.get_mamba_state_dtype_from_config(vllm_config)
@@ -825,29 +987,23 @@ def qwen3_next(
         shapes=tuple(shapes),
         dtypes=tuple(dtypes),
         page_size_padded=cache_config.mamba_page_size_padded,
-        mamba_type=gdn_mamba_type(),
+        mamba_type=mamba_type,
         mamba_cache_mode=cache_config.mamba_cache_mode,
-        num_speculative_blocks=0,
+        num_speculative_blocks=num_speculative_tokens,
     )
     attn = dict(block_size=cache_config.block_size, num_kv_heads=kv_heads, head_size=hf.head_dim, dtype=BF16)
     attn_spec = FullAttentionSpec(**attn)
     if attn_spec.page_size_bytes < mamba_spec.page_size_bytes:  # 0.18+ (page_size_padded exists)
         attn_spec = FullAttentionSpec(**attn, page_size_padded=mamba_spec.page_size_bytes)
-    layer_types = hf.layer_types
-    specs: dict[str, KVCacheSpec] = {}
-    for i, kind in enumerate(layer_types):  # attention first (Ascend get_kv_cache_spec order)
-        if kind == "full_attention":
-            specs[f"model.layers.{i}.self_attn.attn"] = attn_spec
-    for i, kind in enumerate(layer_types):
-        if kind == "linear_attention":
-            specs[f"model.layers.{i}.linear_attn"] = mamba_spec
+    specs: dict[str, KVCacheSpec] = dict.fromkeys(attn_layers, attn_spec)  # attention first
+    specs.update(dict.fromkeys(mamba_layers, mamba_spec))
     config = build_kv_cache_config(specs, num_blocks, max_model_len=max_model_len, available_memory=available_memory)
     return ModelKV(
         name,
         tp,
         config,
         specs,
-        runner_kwargs={"model_type": "qwen3_next"},
+        runner_kwargs={"model_type": model_type or hf.model_type, **(runner_kwargs or {})},
         notes={
             "attn_block_size": cache_config.block_size,
             "mamba_block_size": mamba_spec.block_size,
@@ -857,12 +1013,45 @@ def qwen3_next(
         },
     )
 
-
 def qwen35_style(tp: int = 1, num_blocks: int = 4, **kwargs: Any) -> ModelKV:
     """A Qwen3.5-style hybrid as a Qwen3-Next config (vLLM 0.11 / 0.13 have no Qwen3.5 model
     class): 32 layers = 24 GDN + 8 full attention, 4 KV heads of 256 (vs Qwen3-Next's 2), GDN
     16 / 32 heads x 128 as Qwen3-Next. ``kwargs`` as :func:`qwen3_next`."""
-    return qwen3_next(tp, num_blocks, num_key_value_heads=4, num_hidden_layers=32, name="Qwen3.5-style hybrid", **kwargs)
+    kwargs.setdefault("num_hidden_layers", 32)
+    return qwen3_next(tp, num_blocks, num_key_value_heads=4, name="Qwen3.5-style hybrid", **kwargs)
+
+
+def minimax_m1(tp: int = 1, num_blocks: int = 4, *, num_hidden_layers: int = 80, **kwargs: Any) -> ModelKV:
+    """MiniMax-M1 (``MiniMaxText01ForCausalLM``; MiniMax-Text-01 has the same attention): every
+    8th layer softmax attention (8 KV heads of 128, ``model.layers.{i}.self_attn.attn``), the
+    others lightning attention (``model.layers.{i}.self_attn``, vLLM's
+    ``MiniMaxText01LinearAttention``: one state (64/tp heads, 128, 128) in the model dtype, no
+    conv), sized as :func:`mamba_hybrid` does (0.18+: pure linear attention, K page == state,
+    padded page = 2 K pages). ``num_hidden_layers`` (80) keeps the 1-in-8 pattern when shrunk;
+    ``kwargs`` as :func:`mamba_hybrid`."""
+    from transformers import PretrainedConfig  # noqa: PLC0415
+
+    assert num_hidden_layers % 8 == 0, num_hidden_layers
+    attn_type_list = [int(i % 8 == 7) for i in range(num_hidden_layers)]
+    hf = PretrainedConfig(
+        model_type="minimax",
+        num_hidden_layers=num_hidden_layers,
+        hidden_size=6144,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        attn_type_list=attn_type_list,
+    )
+    hf.model_type = "minimax"
+    attn_layers = [f"model.layers.{i}.self_attn.attn" for i, t in enumerate(attn_type_list) if t == 1]
+    mamba_layers = [f"model.layers.{i}.self_attn" for i, t in enumerate(attn_type_list) if t == 0]
+    with _model_class("vllm.model_executor.models.minimax_text_01:MiniMaxText01ForCausalLM", _MiniMaxLinearStates) as cls:
+        return mamba_hybrid(
+            "MiniMax-M1", tp, num_blocks, hf=hf, architecture="MiniMaxText01ForCausalLM", model_cls=cls,
+            attn_layers=attn_layers, mamba_layers=mamba_layers, mamba_type=linear_attention_mamba_type(),
+            runner_kwargs={"mamba_layer": MiniMaxLinearLayer} if MiniMaxLinearLayer is not None else {},
+            **kwargs,
+        )
 
 
 def t_hyb_toy(num_blocks: int = 4) -> ModelKV:

@@ -35,10 +35,11 @@ from __future__ import annotations
 import copy
 
 import pytest
-import torch
 import runner_factory as rf
+from kv_compare import bound_cache, describe, storages
+from kv_compare import plugin_init as ours_init
+from kv_compare import stock_init
 
-from vllm_kv_strategies import patching
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.report import build_report
 
@@ -98,28 +99,6 @@ STOCK_BYTES = {
 }
 
 
-def storages(kv_caches: dict) -> dict[int, int]:
-    out = {}
-    for value in kv_caches.values():
-        for t in value:
-            s = t.untyped_storage()
-            out[s.data_ptr()] = s.nbytes()
-    return out
-
-
-def stock_init(runner, config):
-    return patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))(runner, config)
-
-
-def ours_init(runner, config):
-    stock = patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))
-    return AscendAdapter().initialize_kv_cache_tensors(stock, runner, config)
-
-
-def describe(t: torch.Tensor):
-    return tuple(t.shape), t.dtype, t.stride()
-
-
 @pytest.mark.parametrize("kv_transfer", [False, True], ids=["plain", "kv_transfer"])
 @pytest.mark.parametrize("name", list(MODELS))
 def test_plugin_equals_stock(name, kv_transfer, bytes_table):
@@ -171,10 +150,12 @@ def test_plugin_equals_stock(name, kv_transfer, bytes_table):
             starts = list(first.values())
         assert all(start % TRANSFER_ALIGNMENT == 0 for start in starts)
 
-    # Bound to the model like stock.
+    # Bound to the model as stock binds it: vLLM 0.11 - 0.18 set ``module.kv_cache = [cache]``
+    # (attention reads ``kv_cache[virtual_engine]``), 0.23 the cache itself.
+    stock_modules = stock_runner.compilation_config.static_forward_context
     for layer, module in ours_runner.compilation_config.static_forward_context.items():
         if layer in ours:
-            assert module.kv_cache is not None
+            assert bound_cache(module.kv_cache, stock_modules[layer].kv_cache, stock[layer]) is ours[layer], layer
     assert len(ours_runner.kv_caches) == len(stock_runner.kv_caches)
 
     # The report measures both sides the same way, from the tensors.

@@ -115,6 +115,28 @@ def format_converter(runner: Any) -> Any:
     return getattr(runner, "_convert_torch_format", None)
 
 
+@cache
+def binds_per_virtual_engine() -> bool:
+    """Whether the installed vLLM's ``bind_kv_cache`` (``vllm/v1/worker/utils.py``)
+    binds a layer's cache as a list with one entry per virtual engine,
+    ``module.kv_cache = [cache]`` (vLLM 0.11 - 0.18: attention reads
+    ``self.kv_cache[forward_context.virtual_engine]``), rather than the cache
+    itself (vLLM 0.23). Asked of vLLM's own function, the one vllm-ascend
+    installs included, by binding a sentinel to a one-layer forward context."""
+    from types import SimpleNamespace
+
+    from vllm.v1.worker import utils
+
+    sentinel, module = object(), SimpleNamespace(kv_cache=None)
+    utils.bind_kv_cache({"model.layers.0.attn": sentinel}, {"model.layers.0.attn": module}, [])
+    bound = module.kv_cache
+    if bound is sentinel:
+        return False
+    if isinstance(bound, list) and len(bound) == 1 and bound[0] is sentinel:
+        return True
+    raise RuntimeError(f"vLLM's bind_kv_cache bound {bound!r}: neither the cache nor [cache]")
+
+
 def coallocated_groups(vllm_ascend: str | None = None) -> frozenset[str]:
     """Part groups (:attr:`~vllm_kv_strategies.strategies.PagePart.group`)
     a release places in one raw buffer: the LI C8 indexer key and its scale
