@@ -12,6 +12,7 @@ release differs.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
 from typing import Any
 
 from .ascend_targets import (  # noqa: F401  (re-exported: the patch declarations)
