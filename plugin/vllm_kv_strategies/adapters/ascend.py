@@ -123,6 +123,7 @@ class AscendAdapter(RunnerAdapter):
         reason = facts.stock_only_reason(runner, layer_names)
         if reason is not None:
             raise UnsupportedSpecError(f"the strategies do not build the {reason}")
+        facts.binds_per_virtual_engine()  # asked of vLLM here, so a binder it cannot read falls back
         forward_context = runner.compilation_config.static_forward_context
         model_config = runner.model_config
         dims = self.layer_dims(getattr(model_config, "hf_text_config", None), forward_context, getattr(model_config, "dtype", None))
