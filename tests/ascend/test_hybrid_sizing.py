@@ -32,7 +32,6 @@ each release's own sizing and vLLM planner.
 
 from __future__ import annotations
 
-import copy
 import importlib
 import logging
 import math
@@ -40,6 +39,7 @@ import math
 import pytest
 import torch
 import runner_factory as rf
+from kv_compare import plugin_init, stock_init, storages
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
@@ -109,19 +109,6 @@ TENSORS_AT_2 = {
 
 def build(model: str, tp: int, **kwargs):
     return MODELS[model](tp=tp, **kwargs)
-
-
-def stock_init(runner, config):
-    return patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))(runner, copy.deepcopy(config))
-
-
-def plugin_init(runner, config):
-    stock = patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))
-    return AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config))
-
-
-def storages(kv: dict) -> dict[int, int]:
-    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for v in kv.values() for t in v}
 
 
 def offset(t: torch.Tensor) -> int:

@@ -10,29 +10,17 @@ values (N1 is in tests/unit/test_strategies.py, N2 and N5 in test_public_cases.p
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import runner_factory as rf
 import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 
-from vllm_kv_strategies import patching
+from kv_compare import plugin_init, stock_init
 from vllm_kv_strategies.adapters import ascend as ascend_adapter
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
 from vllm_kv_strategies.errors import ModelLayerMismatchError
 
 BF16 = torch.bfloat16
 MTP = "mtp.layers.0.self_attn.attn"
-
-
-def plugin_init(runner, config):
-    stock = patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))
-    return AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config))
-
-
-def stock_init(runner, config):
-    return getattr(rf.NPUModelRunner, rf.stock_initializer(runner))(runner, copy.deepcopy(config))
 
 
 def bound(module):
