@@ -36,11 +36,13 @@ def _reset_plugin() -> None:
 @pytest.fixture(autouse=True)
 def stock_plugin_state(monkeypatch: pytest.MonkeyPatch):
     """Stock plugin state and no plugin environment variable, before and after."""
-    # register() sets KV_STRATEGIES_RUN_ID, KV_STRATEGIES_DRIVER_MODE and VLLM_RAY_EXTRA_ENV_VARS_TO_COPY;
-    # monkeypatch removes them again after the test.
+    # register() sets KV_STRATEGIES_RUN_ID, KV_STRATEGIES_DRIVER_MODE and VLLM_RAY_EXTRA_ENV_VARS_TO_COPY
+    # itself. monkeypatch undoes only what it changed, so each name is set through it first:
+    # its undo then restores the value from before the test, or removes the name.
     for name in ("KV_STRATEGIES", "KV_STRATEGIES_TEST_FAULT", "KV_STRATEGIES_REPORT", "KV_STRATEGIES_RUN_ID",
                  "KV_STRATEGIES_DRIVER_MODE", "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     _reset_plugin()
     yield
     _reset_plugin()

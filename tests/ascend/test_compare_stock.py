@@ -40,6 +40,7 @@ from kv_compare import bound_cache, describe, storages
 from kv_compare import plugin_init as ours_init
 from kv_compare import stock_init
 
+from vllm_kv_strategies import patching
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.report import build_report
 
@@ -140,7 +141,8 @@ def test_plugin_equals_stock(name, kv_transfer, bytes_table):
     assert stock_bytes == STOCK_BYTES.get((R, name, kv_transfer), ours_bytes)
     if kv_transfer:
         if R > (0, 11):
-            raw = ours_runner._allocate_kv_cache_tensors(copy.deepcopy(config))
+            stock_allocate = patching.original(rf.NPUModelRunner, "_allocate_kv_cache_tensors")
+            raw = AscendAdapter().allocate_kv_cache_tensors(stock_allocate, ours_runner, copy.deepcopy(config))
             starts = [buf.data_ptr() for value in raw.values() for buf in (value if isinstance(value, tuple) else (value,))]
         else:  # no _allocate: a raw buffer starts where the first view into its storage does
             first: dict[int, int] = {}

@@ -182,7 +182,7 @@ def test_aliases_are_layers_sharing_bytes_across_groups(monkeypatch, tmp_path):
 def test_a_failure_to_describe_is_logged_not_raised(kv_log):
     assert report_mod.log_summary(None, {}, kv_cache_config=object(), mode="observe") is None
     [warning] = kv_log.at(logging.WARNING)
-    assert warning.startswith("kv_strategies: could not describe the KV cache it observed: AttributeError(")
+    assert warning.startswith("kv_strategies: could not describe the KV cache stock built: AttributeError(")
 
 
 # ---------------------------------------------------------------------------

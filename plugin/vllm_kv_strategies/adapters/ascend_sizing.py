@@ -144,11 +144,11 @@ class HybridSizingAdapter(RunnerAdapter):
         if self.observing():
             return
         old = (cache_config.block_size, cache_config.mamba_page_size_padded)
-        reason = why_stock(vllm_config, user_block_size)
-        if reason is not None:
-            logger.info("%s hybrid page sizing left as vllm-ascend sets it (attention block %s tokens): %s", PREFIX, old[0], reason)
-            return
         try:
+            reason = why_stock(vllm_config, user_block_size)
+            if reason is not None:
+                logger.info("%s hybrid page sizing left as vllm-ascend sets it (attention block %s tokens): %s", PREFIX, old[0], reason)
+                return
             k_token, states = k_bytes_per_token(vllm_config), mamba_states(vllm_config)
             block_size, padded = kv_block_sizing(k_token, states, facts.HYBRID_KERNEL_BLOCK_SIZE)
         except KVCacheLayoutError as exc:

@@ -268,16 +268,17 @@ def log_summary(
 
     try:
         report = build_report(plan, kv_caches, kv_cache_config=kv_cache_config, mode=mode, model=model, runner=runner)
+        summary = KVCacheSummary(**report["totals"])
     except Exception as exc:
-        logger.warning("%s could not describe the KV cache it %s: %r", PREFIX, "observed" if plan is None else "built", exc)
+        built = "stock built" if plan is None else "the strategies built"
+        logger.warning("%s could not describe the KV cache %s: %r", PREFIX, built, exc)
         return None
-    summary = KVCacheSummary(**report["totals"])
     logger.info("%s", summary.line(report["built_by"]))
     directory = envs.KV_STRATEGIES_REPORT
     if directory:
         try:
             path = write_report(report, directory)
             logger.info("%s rank %d: report written to %s", PREFIX, summary.rank, path)
-        except OSError as exc:
+        except Exception as exc:  # the KV cache is built: a report that cannot be written never stops vLLM
             logger.warning("%s could not write the report to %s: %s", PREFIX, directory, exc)
     return summary
