@@ -45,10 +45,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http(method: str, url: str, body: dict | None = None, timeout: float = 5.0):
+def http(method: str, url: str, body: dict | None = None, timeout: float = 5.0, headers: dict[str, str] | None = None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json"}
+        url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
     )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return resp.status, resp.read().decode()

@@ -22,6 +22,7 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from vllm_kv_strategies import patching
 from vllm_kv_strategies import report as report_mod
+from vllm_kv_strategies.compat.parallel import ParallelRanks
 from vllm_kv_strategies.plan import plan_kv_cache
 from vllm_kv_strategies.report import render, schema, write
 
@@ -220,7 +221,8 @@ def reports(tmp_path_factory) -> dict[str, Path]:
     # A deployment of two ranks, run "r1"; then a leftover of an earlier run in another directory.
     deploy = root / "deploy"
     for rank in (0, 1):
-        data = report_mod.build_report(plan, ours_kv, mode="on", rank=rank, world_size=2, model="tiny-llama")
+        place = ParallelRanks(rank, 2, 0, 1, 0, 1, rank, 2)  # tensor parallel 2
+        data = report_mod.build_report(plan, ours_kv, mode="on", place=place, model="tiny-llama")
         report_mod.write_report({**data, "run_id": "r1"}, str(deploy))
     out["deploy"] = deploy
     v1 = {k: v for k, v in plugin.items() if k in ("layers", "buffers")}
@@ -288,7 +290,7 @@ def test_report_dir_sums_up_the_deployment(reports):
     t = json.loads(next(reports["deploy"].glob("kv_cache_report.latest.rank0.json")).read_text())["totals"]
     assert lines[0] == f"KV cache reports in {reports['deploy']}: 2 reports, 2 ranks (each rank's newest report), world size 2"
     rows = [line.split() for line in lines[2:4]]
-    assert [r[:9] for r in rows] == [[str(rank), "plugin", "on", "4", "1", f"{t['bytes_allocated']:,}", f"{t['bytes_required']:,}",
+    assert [r[:10] for r in rows] == [[str(rank), f"0/0/{rank}", "plugin", "on", "4", "1", f"{t['bytes_allocated']:,}", f"{t['bytes_required']:,}",
                                       f"{t['num_blocks']:,}", f"{t['tokens']:,}"] for rank in (0, 1)]
     assert lines[4] == (f"deployment (2 ranks): {2 * t['bytes_allocated']:,} bytes allocated ({2 * t['bytes_allocated'] / 2**30:.3f} GiB), "
                         f"{2 * t['bytes_required']:,} required; tokens per rank {t['tokens']:,} on every rank")

@@ -185,7 +185,7 @@ class AscendAdapter(RunnerAdapter):
         if decided is None:
             with self.stock_build(runner):
                 kv_caches = stock(runner, kv_cache_config)
-            self.report(None, kv_caches, kv_cache_config, getattr(runner.model_config, "model", None))
+            self.report(None, kv_caches, kv_cache_config, runner)
             return kv_caches
         runner.hybrid_with_attn_and_mamba = decided.hybrid
         raws = allocate(decided.layouts, runner.device, runner.vllm_config.kv_transfer_config is not None)
@@ -196,7 +196,7 @@ class AscendAdapter(RunnerAdapter):
         # longcat_flash puts two attention modules in one decoder layer (as stock).
         num_attn_module = 2 if runner.model_config.hf_text_config.model_type == "longcat_flash" else 1
         bind_every_layer(kv_caches, runner.compilation_config.static_forward_context, runner.kv_caches, num_attn_module)
-        self.report(decided.plan, kv_caches, kv_cache_config, getattr(runner.model_config, "model", None))
+        self.report(decided.plan, kv_caches, kv_cache_config, runner)
         return kv_caches
 
     def _views(self, runner: Any, decided: AscendPlan, raws: dict[str, Any]) -> dict[str, Any]:

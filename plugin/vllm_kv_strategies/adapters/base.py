@@ -126,12 +126,18 @@ class RunnerAdapter:
         and the model's dtype (``model_config.dtype``) where given."""
         return lambda name: ModelDims.from_objects(forward_context.get(name), hf_config, model_dtype=model_dtype)
 
-    def report(self, plan: KVCachePlan | None, kv_caches: dict[str, Any], kv_cache_config: Any, model: Any = None) -> None:
+    def report(
+        self, plan: KVCachePlan | None, kv_caches: dict[str, Any], kv_cache_config: Any, configs: Any = None
+    ) -> None:
         """The summary line (and the JSON report where asked) of what was built:
         by the strategies (``plan``), or by stock (``plan`` None: observe, or
-        the fallback)."""
+        the fallback). ``configs``, anything with vLLM's ``model_config`` and
+        ``parallel_config`` (the runner, or its ``VllmConfig``), names the
+        model and the worker's data parallel rank."""
         log_summary(
-            plan, kv_caches, kv_cache_config=kv_cache_config, mode=envs.KV_STRATEGIES, model=model, runner=self.target.runner
+            plan, kv_caches, kv_cache_config=kv_cache_config, mode=envs.KV_STRATEGIES,
+            model=getattr(getattr(configs, "model_config", None), "model", None), runner=self.target.runner,
+            parallel_config=getattr(configs, "parallel_config", None),
         )
 
     @staticmethod

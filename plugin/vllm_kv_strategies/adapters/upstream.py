@@ -126,7 +126,7 @@ class UpstreamV1Adapter(RunnerAdapter):
         kv_caches = stock(runner, kv_cache_config, *args, **kwargs)
         if plan is not None:
             self.inject_test_fault(plan, kv_caches, forward_context)
-        self.report(plan, kv_caches, kv_cache_config, getattr(runner.model_config, "model", None))
+        self.report(plan, kv_caches, kv_cache_config, runner)
         return kv_caches
 
     def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:

@@ -68,7 +68,7 @@ class UpstreamV2Adapter(RunnerAdapter):
         kv_caches = stock(forward_context, kv_cache_config, device, kernel_block_sizes, vllm_config, *args, **kwargs)
         if plan is not None:
             self.inject_test_fault(plan, kv_caches, forward_context)
-        self.report(plan, kv_caches, kv_cache_config, getattr(vllm_config.model_config, "model", None))
+        self.report(plan, kv_caches, kv_cache_config, vllm_config)
         return kv_caches
 
     def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:

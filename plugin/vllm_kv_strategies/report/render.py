@@ -150,6 +150,18 @@ def layout_id(report: dict) -> str:
     return hashlib.sha1(json.dumps(layout, sort_keys=True).encode()).hexdigest()[:8]
 
 
+def _stage(report: dict) -> int:
+    return (report.get("parallel") or {}).get("pipeline_parallel_rank") or 0
+
+
+def _place(report: dict) -> str:
+    """``dp/pp/tp`` ranks, e.g. ``1/0/0``; ``-`` where the report does not say (plugin 0.1.0)."""
+    p = report.get("parallel")
+    if not p:
+        return "-"
+    return f"{p['data_parallel_rank']}/{p['pipeline_parallel_rank']}/{p['tensor_parallel_rank']}"
+
+
 def deployment(directory: str, per_rank: dict[int, tuple[str, dict]], found: int) -> tuple[str, bool]:
     """Every rank's totals and the deployment's (see ``report DIR``).
 
@@ -166,16 +178,17 @@ def deployment(directory: str, per_rank: dict[int, tuple[str, dict]], found: int
     world = max([r.get("world_size") or 0 for r in reports] + [max(per_rank) + 1])
     lines = [f"KV cache reports in {directory}: {found} report{'s' if found != 1 else ''}, "
              f"{len(per_rank)} rank{'s' if len(per_rank) != 1 else ''} (each rank's newest report), world size {world}"]
-    header = f"{'rank':>4}  {'built by':9} {'mode':8} {'layers':>6} {'buffers':>7} {'bytes allocated':>16} {'bytes required':>16} {'num_blocks':>10} {'tokens':>10}  {'layout':8}  file"
+    header = (f"{'rank':>4}  {'dp/pp/tp':8}  {'built by':9} {'mode':8} {'layers':>6} {'buffers':>7} {'bytes allocated':>16} "
+              f"{'bytes required':>16} {'num_blocks':>10} {'tokens':>10}  {'layout':8}  file")
     lines.append(header)
-    layouts: dict[str, list[int]] = {}
+    layouts: dict[tuple[int, str], list[int]] = {}  # (pipeline stage, layout) -> ranks: stages hold different layers
     for rank, (path, r) in per_rank.items():
         t = r["totals"]
         kinds = t.get("layers_per_kind") or t["layers_per_strategy"]
         layout = layout_id(r)
-        layouts.setdefault(layout, []).append(rank)
+        layouts.setdefault((_stage(r), layout), []).append(rank)
         lines.append(
-            f"{rank:>4}  {r['built_by']:9} {r.get('mode') or '-':8} {sum(kinds.values()):>6} {t['raw_buffers']:>7} "
+            f"{rank:>4}  {_place(r):8}  {r['built_by']:9} {r.get('mode') or '-':8} {sum(kinds.values()):>6} {t['raw_buffers']:>7} "
             f"{t['bytes_allocated']:>16,} {t['bytes_required']:>16,} {t['num_blocks']:>10,} {t['tokens']:>10,}  {layout:8}  {os.path.basename(path)}"
         )
     allocated = sum(r["totals"]["bytes_allocated"] for r in reports)
@@ -186,11 +199,16 @@ def deployment(directory: str, per_rank: dict[int, tuple[str, dict]], found: int
         f"{required:,} required; tokens per rank "
         + (f"{tokens[0]:,} on every rank" if len(tokens) == 1 else f"{tokens[0]:,} to {tokens[-1]:,}")
     )
-    if len(layouts) == 1:
-        lines.append("layouts: the same on every rank")
+    stages = sorted({stage for stage, _ in layouts})
+    differ = [stage for stage in stages if sum(1 for s, _ in layouts if s == stage) > 1]
+    if not differ:
+        lines.append("layouts: the same on every rank" if len(stages) == 1 else
+                     f"layouts: the same on every rank of each pipeline stage ({len(stages)} stages, each with its own layers)")
     else:
         lines.append("ranks whose layouts differ: " + "; ".join(
-            f"layout {k} on rank{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}" for k, v in layouts.items()))
+            f"layout {k} on rank{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+            + (f" (pipeline stage {stage})" if len(stages) > 1 else "")
+            for (stage, k), v in layouts.items() if stage in differ))
     flags = []
     for rank in range(world):
         if rank not in per_rank:

@@ -23,6 +23,7 @@ import torch
 
 from .. import compat
 from ..compat.specs import has_strided_tensors, tensor_layers
+from ..compat.parallel import ParallelRanks, parallel_ranks
 from .._version import __version__
 from ..logger import PREFIX, logger
 from .schema import MARKER, SCHEMA_VERSION, file_name, iso, latest_name, utc_now
@@ -54,12 +55,6 @@ def _alignment(ptr: int) -> int:
     return min(ptr & -ptr, MAX_REPORTED_ALIGNMENT) if ptr else MAX_REPORTED_ALIGNMENT
 
 
-def _distributed() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
 def build_report(
     plan: Any,
     kv_caches: dict[str, Any],
@@ -71,6 +66,8 @@ def build_report(
     mode: str | None = None,
     model: str | None = None,
     runner: str | None = None,
+    parallel_config: Any = None,
+    place: ParallelRanks | None = None,
 ) -> dict:
     """The JSON-able report (schema 2) of ``kv_caches``.
 
@@ -82,12 +79,18 @@ def build_report(
         strided: the config's tensors describe one backing allocation (vLLM
             0.30+), so the required bytes are its size, not the sum of sizes;
             defaults to what the installed vLLM has.
-        rank, world_size: default to torch.distributed's (0 and 1 when it is
-            not initialised).
+        rank, world_size: default to the worker's place in the deployment
+            (:func:`~vllm_kv_strategies.compat.parallel.parallel_ranks`: vLLM's
+            global rank, data-parallel engines included; 0 and 1 when
+            torch.distributed is not initialised).
         kv_cache_config: vLLM's ``KVCacheConfig``; defaults to the plan's.
         mode: the ``KV_STRATEGIES`` value; defaults to the environment's.
         model: the served model's name or path, if the caller knows it.
         runner: the runner, e.g. ``"GPUModelRunner (V1)"``.
+        parallel_config: the runner's vLLM ``ParallelConfig`` (its data
+            parallel rank); None: no data parallelism.
+        place: the worker's ranks, when the caller knows them; defaults to
+            ``parallel_ranks(parallel_config)``.
 
     Raises:
         ValueError: neither ``plan`` nor ``kv_cache_config`` given.
@@ -97,9 +100,9 @@ def build_report(
     config = kv_cache_config if kv_cache_config is not None else getattr(plan, "kv_cache_config", None)
     if config is None:
         raise ValueError("build_report needs a plan or a kv_cache_config")
-    dist_rank, dist_world = _distributed()
-    rank = dist_rank if rank is None else rank
-    world_size = dist_world if world_size is None else world_size
+    place = parallel_ranks(parallel_config) if place is None else place
+    rank = place.rank if rank is None else rank
+    world_size = place.world_size if world_size is None else world_size
     mode = envs.KV_STRATEGIES if mode is None else mode
     groups, layer_specs = describe_groups(config)
     storages: dict[int, dict] = {}
@@ -192,6 +195,7 @@ def build_report(
         "run_id": envs.KV_STRATEGIES_RUN_ID or run_id(now),
         "pid": os.getpid(),
         "world_size": world_size,
+        "parallel": place.as_dict(),
         "model": model,
         "runner": runner,
         "mode": mode,
@@ -257,6 +261,7 @@ def log_summary(
     mode: str | None = None,
     model: str | None = None,
     runner: str | None = None,
+    parallel_config: Any = None,
 ) -> KVCacheSummary | None:
     """Log the summary line; write the report when ``KV_STRATEGIES_REPORT`` is set.
 
@@ -267,7 +272,8 @@ def log_summary(
     from .. import envs
 
     try:
-        report = build_report(plan, kv_caches, kv_cache_config=kv_cache_config, mode=mode, model=model, runner=runner)
+        report = build_report(plan, kv_caches, kv_cache_config=kv_cache_config, mode=mode, model=model, runner=runner,
+                              parallel_config=parallel_config)
         summary = KVCacheSummary(**report["totals"])
     except Exception as exc:
         built = "stock built" if plan is None else "the strategies built"
