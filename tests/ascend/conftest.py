@@ -56,6 +56,9 @@ else:
 
     npu_stubs.install(ASCEND_RELEASE)
 
+    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # tests/: plugin_fixtures
+    from plugin_fixtures import kv_log  # noqa: E402,F401  (the plugin's log records, as in tests/unit)
+
     #: Modules written for every release of the support matrix; the others (stock 0.23 facts,
     #: 0.23 spec forms) are collected on vllm-ascend 0.23 only.
     ALL_RELEASES = {

@@ -157,26 +157,9 @@ def assert_block_consistent(kv: dict, config, tensors=None) -> int:
     return shared
 
 
-@pytest.fixture
-def kv_log():
-    """INFO+ records of the plugin's logger (vLLM's loggers do not propagate to pytest's caplog)."""
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    logger = logging.getLogger("vllm.kv_strategies")
-    handler, level = Keep(logging.INFO), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield records
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-
-
-def messages(records, level=logging.INFO) -> list[str]:
-    return [r.getMessage() for r in records if r.levelno == level]
+def messages(log, level=logging.INFO) -> list[str]:
+    """The plugin's messages at exactly ``level`` (``kv_log``: tests/plugin_fixtures.py)."""
+    return log.at(level)
 
 
 # -- the declaration --------------------------------------------------------------------------

@@ -78,22 +78,6 @@ def _cases():
                     )
 
 
-@pytest.fixture
-def plugin_warnings():
-    """WARNING records of the plugin's logger (vLLM's loggers do not propagate to caplog)."""
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    logger = logging.getLogger("vllm.kv_strategies")
-    handler = Keep(logging.WARNING)
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
-
-
 def _error(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text[:160]}"
@@ -150,7 +134,7 @@ def verdict(config, stock: Built, ours: Built, warnings: list[str]) -> tuple[str
 
 
 @pytest.mark.parametrize("name,sizing,tp,transfer", list(_cases()))
-def test_zoo(name, sizing, tp, transfer, monkeypatch, plugin_warnings, zoo_table):
+def test_zoo(name, sizing, tp, transfer, monkeypatch, kv_log, zoo_table):
     model = zoo_models.MODELS[name]
     reason = model.unsupported()
     if reason:
@@ -160,7 +144,7 @@ def test_zoo(name, sizing, tp, transfer, monkeypatch, plugin_warnings, zoo_table
     stock = run(stock_init, mk.make_runner(kv_transfer=transfer), config)
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     ours = run(plugin_init, mk.make_runner(kv_transfer=transfer), config)
-    warnings = [r.getMessage() for r in plugin_warnings]
+    warnings = [r.getMessage() for r in kv_log.records if r.levelno >= logging.WARNING]
     kinds = "+".join(model.kinds) + (f" +{model.mtp} MTP" if model.mtp else "")
     row = [name + (" (plugin sizing)" if sizing == "plugin" else ""), tp, transfer, kinds, "FAILED", "", stock.bytes, ours.bytes]
     zoo_table.append(row)
@@ -191,7 +175,7 @@ def test_the_zoo_checks_see_cross_block_aliasing():
 
 
 @pytest.mark.parametrize("raised", ["unsupported", "corrupt"])
-def test_the_verdicts_of_a_fallback_and_of_a_refusal(raised, monkeypatch, plugin_warnings):
+def test_the_verdicts_of_a_fallback_and_of_a_refusal(raised, monkeypatch, kv_log):
     """The rule on the two outcomes the zoo does not meet today: a plan that fails leaves the
     runner stock in auto with one warning naming the layer (``fallback``, stock's result); a
     ``StockWouldCorruptError`` where stock builds a block-consistent cache breaks the rule."""
@@ -210,7 +194,7 @@ def test_the_verdicts_of_a_fallback_and_of_a_refusal(raised, monkeypatch, plugin
     stock = run(stock_init, mk.make_runner(), config)
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     ours = run(plugin_init, mk.make_runner(), config)
-    warnings = [r.getMessage() for r in plugin_warnings]
+    warnings = [r.getMessage() for r in kv_log.records if r.levelno >= logging.WARNING]
     if raised == "unsupported":
         assert verdict(config, stock, ours, warnings) == ("fallback", f"layer {layer!r}: no strategy (test)")
     else:
