@@ -119,6 +119,8 @@ def test_report_dir_tells_data_parallel_engines_apart(tmp_path):
     assert lines[0] == f"KV cache reports in {tmp_path}: 2 reports, 2 ranks (each rank's newest report), world size 2"
     assert [ln.split()[:4] for ln in lines[2:4]] == [["0", "0/0/0", "plugin", "on"], ["1", "1/0/0", "plugin", "on"]]
     assert lines[5] == "layouts: the same on every rank"
+    one = run_cli(tmp_path / "kv_cache_report.latest.rank1.json").stdout.splitlines()[0]
+    assert ", rank 1, data parallel engine 1, written " in one  # not "rank 1 of 1": the engine's world is its own
 
 
 def test_report_dir_compares_layouts_within_each_pipeline_stage(tmp_path):
@@ -132,6 +134,8 @@ def test_report_dir_compares_layouts_within_each_pipeline_stage(tmp_path):
     lines = run_cli(tmp_path).stdout.splitlines()
     assert [ln.split()[:2] for ln in lines[2:4]] == [["0", "0/0/0"], ["1", "0/1/0"]]
     assert lines[5] == "layouts: the same on every rank of each pipeline stage (2 stages, each with its own layers)"
+    one = run_cli(tmp_path / "kv_cache_report.latest.rank1.json").stdout.splitlines()[0]
+    assert ", rank 1 of 2, pipeline stage 1 of 2, written " in one
     # Two ranks of one stage with different layouts are still flagged as differing.
     rank1 = json.loads((tmp_path / "kv_cache_report.latest.rank1.json").read_text())
     rank1["parallel"]["pipeline_parallel_rank"] = 0

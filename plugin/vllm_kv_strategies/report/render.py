@@ -24,6 +24,24 @@ def _built_by(report: dict) -> str:
     return f"built by {who} ({mode})"
 
 
+def _rank(report: dict) -> str:
+    """``rank 2 of 4``, or with data parallel ``rank 1, data parallel engine 1`` (``of N`` where the
+    worker was told N); then the pipeline stage and tensor parallel rank where there are several."""
+    rank, world, p = report["totals"]["rank"], report.get("world_size"), report.get("parallel")
+    if not p:
+        return f"rank {rank}" + (f" of {world}" if world else "")
+    dp, dp_size = p["data_parallel_rank"], p["data_parallel_size"]
+    if dp > 0 or (dp_size or 1) > 1:
+        text = f"rank {rank}, data parallel engine {dp}" + (f" of {dp_size}" if dp_size else "")
+    else:
+        text = f"rank {rank}" + (f" of {world}" if world else "")
+    if p["pipeline_parallel_size"] > 1:
+        text += f", pipeline stage {p['pipeline_parallel_rank']} of {p['pipeline_parallel_size']}"
+    if p["tensor_parallel_size"] > 1:
+        text += f", tensor parallel rank {p['tensor_parallel_rank']} of {p['tensor_parallel_size']}"
+    return text
+
+
 def describe(report: dict, path: str) -> str:
     """One line: what a report describes and how it was made."""
     v = report["versions"]
@@ -36,8 +54,7 @@ def describe(report: dict, path: str) -> str:
     ]
     if report.get("runner"):
         parts.append(report["runner"])
-    world = report.get("world_size")
-    parts.append(f"rank {report['totals']['rank']}" + (f" of {world}" if world else ""))
+    parts.append(_rank(report))
     parts.append(f"written {created(report, path)}" + ("" if report.get("created") else " (file time; schema 1)"))
     return ", ".join(parts)
 
