@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -49,7 +50,6 @@ def _check_patch_target(target: Any) -> bool:
     """Print whether ``target``'s module imports and defines each attribute
     the plugin replaces; True when all are there."""
     import importlib
-    import os
 
     from .patching import owner_and_name
 
@@ -111,7 +111,6 @@ def _runner_choice(engine_args: list[str]) -> tuple[compat.PatchTarget, str]:
     engine options it is vLLM's own ``VllmConfig.use_v2_model_runner`` for
     them (``vllm/config/vllm.py``); without, what the environment decides
     (``VLLM_USE_V2_MODEL_RUNNER``, whether Triton has a backend here)."""
-    import os
 
     from .compat import upstream as facts
 
@@ -139,7 +138,6 @@ def _doctor(args: argparse.Namespace) -> int:
     valid switches, entry point visible, KV_STRATEGIES not off, release
     supported (or forced with ``on``) and every patch target present on the
     installed runner class."""
-    import os
     from importlib.metadata import entry_points
 
     from . import adapters, compat, envs
@@ -190,7 +188,6 @@ def _doctor(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     """Exit 0: rendered; 1: ``report DIR`` flagged a rank; 2: a path is not a
     readable report (one line on stderr)."""
-    import os
 
     from .report import render, schema
 
@@ -204,8 +201,7 @@ def _report(args: argparse.Namespace) -> int:
 
     try:
         if len(args.paths) == 1 and os.path.isdir(args.paths[0]):
-            items = schema.load_dir(args.paths[0])
-            text, flagged = render.deployment(args.paths[0], schema.latest_per_rank(items), len(items))
+            text, flagged = render.deployment(args.paths[0], schema.load_dir(args.paths[0]))
             print(text)
             return 1 if flagged else 0
         if len(args.paths) == 1:
@@ -264,4 +260,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (``report DIR | head``): no traceback, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    sys.exit(code)

@@ -26,7 +26,7 @@ METHODS = (
     ("initialize_kv_cache_tensors", "initialize_kv_cache_tensors_deepseek_mla", "initialize_kv_cache_tensors_deepseek_sfa")
     if release(ASCEND) == "0.11.0"
     else ("initialize_kv_cache_tensors", "_allocate_kv_cache_tensors", "_reshape_kv_cache_tensors")
-)
+) + ("initialize_kv_cache",)  # wrapped only to warn when a subclass built the cache without the plugin
 
 
 def test_release_methods_are_the_plugins_patch_target():

@@ -6,6 +6,7 @@ never touches it."""
 from __future__ import annotations
 
 import copy
+import logging
 
 import pytest
 import runner_factory as rf
@@ -18,6 +19,8 @@ from vllm_kv_strategies.compat import ascend as facts
 
 TARGET = facts.target()
 METHODS = tuple(attribute.removeprefix("NPUModelRunner.") for attribute in TARGET.attributes)
+#: The methods that build the KV cache (the last, ``initialize_kv_cache``, calls one of them).
+BUILDS = METHODS[:-1]
 NPU = rf.NPUModelRunner
 
 
@@ -98,10 +101,49 @@ def test_each_0_11_initialisation_gets_the_strategies_result(monkeypatch, origin
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     vllm_kv_strategies.register()
     mk = getattr(rf, model)()
-    results = [getattr(mk.make_runner(), m)(copy.deepcopy(mk.kv_cache_config)) for m in METHODS]
+    results = [getattr(mk.make_runner(), m)(copy.deepcopy(mk.kv_cache_config)) for m in BUILDS]
     for other in results[1:]:
         assert other.keys() == results[0].keys()
         for name in other:
             assert [(t.shape, t.dtype, t.stride()) for t in other[name]] == [
                 (t.shape, t.dtype, t.stride()) for t in results[0][name]
             ]
+
+
+def build_as_vllm_ascend(runner, config):
+    """What NPUModelRunner.initialize_kv_cache does to build: call the runner's own initialisation."""
+    return runner.initialize_kv_cache_tensors(config)
+
+
+def test_a_subclass_that_overrides_the_build_gets_one_warning(monkeypatch, originals, kv_log):
+    """A runner subclass with its own initialisation (vllm-ascend's NPUModelRunner310 on 310P)
+    gets no plugin: its worker says so once, instead of only "patched"."""
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    vllm_kv_strategies.register()
+    adapter = AscendAdapter()
+    model = rf.qwen3_8b()
+    runner = model.make_runner()
+    adapter.initialize_kv_cache(build_as_vllm_ascend, runner, copy.deepcopy(model.kv_cache_config))
+    assert kv_log.at(logging.WARNING) == [] and runner.kv_caches
+
+    class NPUModelRunnerOwnBuild(NPU):
+        def initialize_kv_cache_tensors(self, kv_cache_config):
+            return {}
+
+    for _ in range(2):
+        other = model.make_runner()
+        other.__class__ = NPUModelRunnerOwnBuild
+        adapter.initialize_kv_cache(build_as_vllm_ascend, other, copy.deepcopy(model.kv_cache_config))
+    assert kv_log.at(logging.WARNING) == [
+        "kv_strategies: test_a_subclass_that_overrides_the_build_gets_one_warning.<locals>.NPUModelRunnerOwnBuild "
+        "built its KV cache without NPUModelRunner.initialize_kv_cache_tensors (NPUModelRunner): the plugin did "
+        "nothing in this worker"
+    ]
+
+
+def test_the_310p_runner_overrides_the_build_but_not_its_caller():
+    """The fact the warning rests on, where the release has a 310P runner (0.18+)."""
+    runner_310p = pytest.importorskip("vllm_ascend._310p.model_runner_310p", reason="no 310P runner before vllm-ascend 0.18")
+    cls = runner_310p.NPUModelRunner310
+    assert issubclass(cls, NPU)
+    assert "initialize_kv_cache_tensors" in cls.__dict__ and "initialize_kv_cache" not in cls.__dict__

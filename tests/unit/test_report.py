@@ -320,7 +320,7 @@ def test_report_dir_flags_missing_stock_and_leftover_ranks(reports, tmp_path):
     assert flagged == [
         "  rank 1: the plugin did not build this KV cache (stock vLLM, KV_STRATEGIES=observe)",
         "  ranks from different runs (a rank's newest report may be left from an earlier run; set KV_STRATEGIES_RUN_ID "
-        "alike on every node of one deployment): run r1: ranks 0; run r0: ranks 1",
+        "alike on every node of one deployment): run r1: rank 0; run r0: rank 1",
     ]
 
 
@@ -386,13 +386,20 @@ def test_missing_file_and_empty_directory(tmp_path):
         f"written by vLLM workers with KV_STRATEGIES_REPORT={tmp_path})\n"))
 
 
-def test_without_jsonschema_a_key_check_stands_in(reports, monkeypatch):
-    monkeypatch.setitem(sys.modules, "jsonschema", None)  # import jsonschema raises ImportError
+def test_a_malformed_parallel_key_is_one_line(reports, tmp_path):
+    """The reader needs jsonschema (a dependency): a report whose ``parallel`` lacks a key or has the
+    wrong type is refused in one line, never a traceback in the renderer."""
     data = json.loads(reports["plugin"].read_text())
-    assert schema.parse(copy.deepcopy(data)) == data
-    del data["totals"]["tokens"]
-    with pytest.raises(schema.ReportError, match=r"^missing key 'tokens' at \$\.totals$"):
-        schema.parse(data)
+    for value, message in (("0/0/0", r"'0/0/0' is not of type 'object' at \$\.parallel"),
+                           ({**data["parallel"], "tensor_parallel_rank": None}, r"None is not of type 'integer'"),
+                           ({k: v for k, v in data["parallel"].items() if k != "tensor_parallel_rank"},
+                            r"missing key 'tensor_parallel_rank' at \$\.parallel")):
+        path = tmp_path / "kv_cache_report.latest.rank0.json"
+        path.write_text(json.dumps({**data, "parallel": value}))
+        for target in (path, tmp_path):
+            shown = run_cli(target)
+            assert shown.returncode == 2 and shown.stdout == "", shown.stderr
+            assert re.fullmatch(rf"error: {re.escape(str(path))}: {message}.*\n", shown.stderr), shown.stderr
 
 
 def test_reading_imports_neither_torch_nor_vllm(reports):
@@ -415,3 +422,44 @@ def test_three_paths_are_refused(reports):
     shown = run_cli(reports["stock"], reports["plugin"], reports["stock"])
     assert shown.returncode == 2
     assert shown.stderr.splitlines()[-1].endswith("error: report takes one FILE or DIR, or two reports A B to compare")
+
+
+def test_two_processes_of_one_run_claiming_one_rank_are_flagged(reports, tmp_path):
+    """As plugin 0.1.0 wrote data parallel engines: each engine's worker as rank 0."""
+    data = json.loads(next(reports["deploy"].glob("kv_cache_report.2*.rank0.json")).read_text())
+    for pid, dp in ((101, 0), (202, 1)):
+        twin = {**data, "pid": pid, "parallel": {**data["parallel"], "data_parallel_rank": dp}}
+        (tmp_path / f"kv_cache_report.20261201T000000Z.{pid}.rank0.json").write_text(json.dumps(twin))
+    shown = run_cli(tmp_path)
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"KV cache reports in {tmp_path}: 2 reports, 1 rank (each rank's newest report), world size 2"
+    assert lines[lines.index("flagged:") + 1:] == [
+        "  rank 1: no report in this directory (world size 2): the plugin did not run there "
+        "(KV_STRATEGIES=off on that rank's node?) or wrote elsewhere",
+        "  rank 0: written by 2 processes of run r1 (pids 101, 202; dp/pp/tp 0/0/0, 1/0/0): two workers claim one "
+        "rank, so only the newest is shown (plugin 0.1.0 numbered every data parallel engine's workers from 0)",
+    ]
+
+
+def test_missing_ranks_are_one_flag_and_a_file_named_for_another_rank_is_refused(reports, tmp_path):
+    data = json.loads(next(reports["deploy"].glob("kv_cache_report.2*.rank0.json")).read_text())
+    far = {**data, "totals": {**data["totals"], "rank": 7}, "world_size": 8}
+    (tmp_path / "kv_cache_report.20261201T000000Z.1.rank7.json").write_text(json.dumps(far))
+    lines = run_cli(tmp_path).stdout.splitlines()
+    assert lines[lines.index("flagged:") + 1:] == [
+        "  ranks 0-6: no report in this directory (world size 8): the plugin did not run there "
+        "(KV_STRATEGIES=off on that rank's node?) or wrote elsewhere"]
+    renamed = tmp_path / "kv_cache_report.20261201T000000Z.1.rank3.json"
+    renamed.write_text(json.dumps(far))
+    shown = run_cli(tmp_path)
+    assert (shown.returncode, shown.stderr) == (2, f"error: {renamed}: the file name says rank 3, the report rank 7\n")
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(reports):
+    """``report FILE | head -1``: the pipe's reader is gone (closed here before the command writes)."""
+    proc = subprocess.Popen([sys.executable, "-m", "vllm_kv_strategies", "report", str(reports["plugin"])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert (proc.wait(timeout=120), stderr) == (1, "")

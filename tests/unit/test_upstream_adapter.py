@@ -14,6 +14,7 @@ runner's ``kv_caches`` list).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import sys
@@ -187,6 +188,40 @@ def test_test_fault_binds_two_layers_of_one_group_to_one_cache(monkeypatch, vers
     assert kv["model.layers.1.self_attn.attn"] is kv["model.layers.0.self_attn.attn"]
     with pytest.raises(AssertionError):
         assert_same(stock, ours)
+
+
+def test_v1_subclass_that_overrides_the_build_gets_one_warning(kv_log):
+    """A V1 runner subclass with its own ``initialize_kv_cache_tensors`` gets no plugin: its
+    ``initialize_kv_cache`` (wrapped) says so once."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from vllm_kv_strategies import patching
+    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
+
+    adapter, specs = UpstreamV1Adapter(), dense()
+    vllm_config, config = make_config(specs, "LBHNC", 1 << 22)
+    stock_build = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
+
+    class OwnBuild(GPUModelRunner):
+        def initialize_kv_cache_tensors(self, kv_cache_config, kernel_block_sizes):
+            return {}
+
+    def initialize_kv_cache(runner, kv_cache_config):  # the build step of GPUModelRunner.initialize_kv_cache, patched
+        if isinstance(runner, OwnBuild):
+            return runner.initialize_kv_cache_tensors(kv_cache_config, None)
+        return adapter.initialize_kv_cache_tensors(stock_build, runner, kv_cache_config, None)
+
+    adapter.initialize_kv_cache(initialize_kv_cache, make_runner(vllm_config, list(specs)), copy.deepcopy(config))
+    assert kv_log.at(logging.WARNING) == []
+
+    for _ in range(2):
+        runner = make_runner(vllm_config, list(specs))
+        runner.__class__ = OwnBuild
+        adapter.initialize_kv_cache(initialize_kv_cache, runner, copy.deepcopy(config))
+    assert kv_log.at(logging.WARNING) == [
+        "kv_strategies: test_v1_subclass_that_overrides_the_build_gets_one_warning.<locals>.OwnBuild built its KV cache "
+        "without GPUModelRunner.initialize_kv_cache_tensors (GPUModelRunner (V1)): the plugin did nothing in this worker"
+    ]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

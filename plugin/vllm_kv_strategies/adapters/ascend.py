@@ -111,6 +111,7 @@ class AscendAdapter(RunnerAdapter):
         by_name = {
             "NPUModelRunner._allocate_kv_cache_tensors": self.allocate_kv_cache_tensors,
             "NPUModelRunner._reshape_kv_cache_tensors": self.reshape_kv_cache_tensors,
+            "NPUModelRunner.initialize_kv_cache": self.initialize_kv_cache,
         }
         return {name: by_name.get(name, self.initialize_kv_cache_tensors) for name in self.target.attributes}
 
@@ -179,8 +180,14 @@ class AscendAdapter(RunnerAdapter):
             return stock(runner, kv_cache_config, raws)
         return self._views(runner, decided, raws)
 
+    def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
+        """Stock; afterwards, one warning if the KV cache was built without the
+        patched initialisation (``NPUModelRunner310`` overrides it on 310P)."""
+        return self.checked_initialize(stock, runner, "NPUModelRunner.initialize_kv_cache_tensors", *args, **kwargs)
+
     def initialize_kv_cache_tensors(self, stock: Any, runner: Any, kv_cache_config: Any) -> dict[str, Any]:
         """Allocate, view, share across layers and bind every layer."""
+        self.mark_built(runner)
         decided = self._decide(runner, kv_cache_config)
         if decided is None:
             with self.stock_build(runner):

@@ -21,6 +21,8 @@ from ..strategies import ModelDims
 #: Attribute set on a runner while its stock KV cache build runs as the
 #: fallback, so the plugin's other patched methods it calls stay stock too.
 _STOCK_FLAG = "_kv_strategies_stock"
+#: Attribute set on a runner once its patched KV cache build ran (see :meth:`RunnerAdapter.checked_initialize`).
+_BUILT_FLAG = "_kv_strategies_built"
 class RunnerAdapter:
     """Builds (or wraps) one runner's KV cache with the strategies.
 
@@ -118,6 +120,26 @@ class RunnerAdapter:
             yield
         finally:
             vars(runner).pop(_STOCK_FLAG, None)
+
+    @staticmethod
+    def mark_built(runner: Any) -> None:
+        """Record on ``runner`` that the patched KV cache build ran (plugin or stock fallback)."""
+        vars(runner)[_BUILT_FLAG] = True
+
+    def checked_initialize(self, stock: Any, runner: Any, build: str, *args: Any, **kwargs: Any) -> Any:
+        """The stock ``initialize_kv_cache``, then one warning when it built the
+        KV cache without ``build``, the patched method (which calls
+        :meth:`mark_built`): a runner subclass overriding the build, such as
+        vllm-ascend's ``NPUModelRunner310`` (310P), gets no plugin, and its
+        worker's log says so instead of only ``patched``."""
+        vars(runner).pop(_BUILT_FLAG, None)
+        result = stock(runner, *args, **kwargs)
+        if not vars(runner).pop(_BUILT_FLAG, False):
+            warn_once(
+                f"{PREFIX} {type(runner).__qualname__} built its KV cache without {build} "
+                f"({self.target.runner}): the plugin did nothing in this worker"
+            )
+        return result
 
     # -- helpers for replacements -----------------------------------------
     @staticmethod

@@ -17,12 +17,8 @@ from typing import Any
 from ..compat import upstream as facts
 from ..compat.specs import tensor_layers, tensor_num_blocks
 from ..errors import KVCacheLayoutError, UnsupportedSpecError
-from ..logger import PREFIX, warn_once
 from ..plan import KVCachePlan, plan_kv_cache
 from .base import RunnerAdapter
-
-#: Attribute set on a runner while its patched KV cache build ran.
-_BUILT_FLAG = "_kv_strategies_built"
 
 
 def check_tensor_bounds(plan: KVCachePlan, layout: Any) -> None:
@@ -111,7 +107,7 @@ class UpstreamV1Adapter(RunnerAdapter):
 
     def initialize_kv_cache_tensors(self, stock: Any, runner: Any, kv_cache_config: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Same signature and result as the stock method; see the module doc."""
-        vars(runner)[_BUILT_FLAG] = True
+        self.mark_built(runner)
         forward_context = runner.compilation_config.static_forward_context
         plan = None
         if not self.observing():
@@ -132,11 +128,4 @@ class UpstreamV1Adapter(RunnerAdapter):
     def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
         """Stock; afterwards, one warning if the KV cache was built by a path
         the plugin did not patch (a runner subclass overriding the build)."""
-        vars(runner).pop(_BUILT_FLAG, None)
-        result = stock(runner, *args, **kwargs)
-        if not vars(runner).pop(_BUILT_FLAG, False):
-            warn_once(
-                f"{PREFIX} {type(runner).__qualname__} (V1) built its KV cache without "
-                "GPUModelRunner.initialize_kv_cache_tensors: the plugin did nothing in this worker"
-            )
-        return result
+        return self.checked_initialize(stock, runner, "GPUModelRunner.initialize_kv_cache_tensors", *args, **kwargs)

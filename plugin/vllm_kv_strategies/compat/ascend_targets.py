@@ -18,7 +18,8 @@ _WHY = (
     "vllm-ascend's KV cache initialisation chooses layouts by layer-name substrings and model "
     "flags, and allocates one buffer per layer where layers share a KVCacheTensor; the strategies "
     "build each layer from its own spec, share buffers as the KVCacheConfig says, and check "
-    "everything before allocating"
+    "everything before allocating. initialize_kv_cache is wrapped only to warn when the KV cache was "
+    "built without the plugin (a runner subclass overriding the build: NPUModelRunner310 on 310P)"
 )
 _REMOVE_WHEN = "vllm-ascend builds its KV cache from per-spec strategies itself"
 
@@ -31,6 +32,7 @@ SPLIT_INIT = PatchTarget(
         "NPUModelRunner.initialize_kv_cache_tensors",
         "NPUModelRunner._allocate_kv_cache_tensors",
         "NPUModelRunner._reshape_kv_cache_tensors",
+        "NPUModelRunner.initialize_kv_cache",
     ),
     adapter="vllm_kv_strategies.adapters.ascend:AscendAdapter",
     why=_WHY,
@@ -52,6 +54,7 @@ THREE_INITS = PatchTarget(
         "NPUModelRunner.initialize_kv_cache_tensors",
         "NPUModelRunner.initialize_kv_cache_tensors_deepseek_mla",
         "NPUModelRunner.initialize_kv_cache_tensors_deepseek_sfa",
+        "NPUModelRunner.initialize_kv_cache",
     ),
     adapter=SPLIT_INIT.adapter,
     why=_WHY,

@@ -9,7 +9,7 @@ import hashlib
 import json
 import os
 
-from .schema import ReportError, created
+from .schema import ReportError, created, latest_per_rank
 
 TOTALS = ("raw_buffers", "bytes_allocated", "bytes_required", "alignment_padding", "duplicated_bytes", "num_blocks", "tokens")
 
@@ -179,22 +179,52 @@ def _place(report: dict) -> str:
     return f"{p['data_parallel_rank']}/{p['pipeline_parallel_rank']}/{p['tensor_parallel_rank']}"
 
 
-def deployment(directory: str, per_rank: dict[int, tuple[str, dict]], found: int) -> tuple[str, bool]:
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``0, 2-5, 9``: sorted ranks as runs."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _claimed_twice(items: list[tuple[str, dict]]) -> list[str]:
+    """Ranks that two processes of one run both wrote: two workers numbered alike."""
+    by_rank: dict[tuple[int, str], dict[int, dict]] = {}
+    for _, r in items:
+        if r.get("run_id") and r.get("pid") is not None:
+            by_rank.setdefault((r["totals"]["rank"], r["run_id"]), {})[r["pid"]] = r
+    return [
+        f"rank {rank}: written by {len(pids)} processes of run {run} (pids {', '.join(map(str, sorted(pids)))}; "
+        f"dp/pp/tp {', '.join(_place(pids[p]) for p in sorted(pids))}): two workers claim one rank, so only the newest "
+        "is shown (plugin 0.1.0 numbered every data parallel engine's workers from 0)"
+        for (rank, run), pids in sorted(by_rank.items()) if len(pids) > 1
+    ]
+
+
+def deployment(directory: str, items: list[tuple[str, dict]]) -> tuple[str, bool]:
     """Every rank's totals and the deployment's (see ``report DIR``).
 
     Args:
-        per_rank: rank -> (path, report), each rank's newest report.
-        found: how many reports the directory holds (``latest`` copies not counted).
+        items: every (path, report) in the directory (:func:`.schema.load_dir`);
+            each rank is shown by its newest report.
 
     Returns:
         the text, and whether anything is flagged: a rank missing (up to the
-        world size), a rank the plugin did not build, ranks from different
-        runs or of different models.
+        world size), a rank the plugin did not build, a rank two processes of
+        one run wrote, ranks from different runs or of different models.
     """
+    per_rank, found = latest_per_rank(items), len(items)
     reports = [r for _, r in per_rank.values()]
     world = max([r.get("world_size") or 0 for r in reports] + [max(per_rank) + 1])
-    lines = [f"KV cache reports in {directory}: {found} report{'s' if found != 1 else ''}, "
-             f"{len(per_rank)} rank{'s' if len(per_rank) != 1 else ''} (each rank's newest report), world size {world}"]
+    lines = [f"KV cache reports in {directory}: {_plural(found, 'report')}, "
+             f"{_plural(len(per_rank), 'rank')} (each rank's newest report), world size {world}"]
     header = (f"{'rank':>4}  {'dp/pp/tp':8}  {'built by':9} {'mode':8} {'layers':>6} {'buffers':>7} {'bytes allocated':>16} "
               f"{'bytes required':>16} {'num_blocks':>10} {'tokens':>10}  {'layout':8}  file")
     lines.append(header)
@@ -212,7 +242,7 @@ def deployment(directory: str, per_rank: dict[int, tuple[str, dict]], found: int
     required = sum(r["totals"]["bytes_required"] for r in reports)
     tokens = sorted({r["totals"]["tokens"] for r in reports})
     lines.append(
-        f"deployment ({len(per_rank)} ranks): {allocated:,} bytes allocated ({allocated / 2**30:.3f} GiB), "
+        f"deployment ({_plural(len(per_rank), 'rank')}): {allocated:,} bytes allocated ({allocated / 2**30:.3f} GiB), "
         f"{required:,} required; tokens per rank "
         + (f"{tokens[0]:,} on every rank" if len(tokens) == 1 else f"{tokens[0]:,} to {tokens[-1]:,}")
     )
@@ -227,10 +257,12 @@ def deployment(directory: str, per_rank: dict[int, tuple[str, dict]], found: int
             + (f" (pipeline stage {stage})" if len(stages) > 1 else "")
             for (stage, k), v in layouts.items() if stage in differ))
     flags = []
-    for rank in range(world):
-        if rank not in per_rank:
-            flags.append(f"rank {rank}: no report in this directory (world size {world}): the plugin did not run "
-                         "there (KV_STRATEGIES=off on that rank's node?) or wrote elsewhere")
+    missing = [rank for rank in range(world) if rank not in per_rank]
+    if missing:
+        flags.append(f"{'rank' if len(missing) == 1 else 'ranks'} {_ranges(missing)}: no report in this directory "
+                     f"(world size {world}): the plugin did not run there (KV_STRATEGIES=off on that rank's node?) "
+                     "or wrote elsewhere")
+    flags += _claimed_twice(items)
     for rank, (_, r) in per_rank.items():
         if r["built_by"] != "plugin":
             flags.append(f"rank {rank}: the plugin did not build this KV cache (stock vLLM, KV_STRATEGIES={r.get('mode')})")
@@ -240,7 +272,7 @@ def deployment(directory: str, per_rank: dict[int, tuple[str, dict]], found: int
     if len(runs) > 1:
         flags.append("ranks from different runs (a rank's newest report may be left from an earlier run; "
                      "set KV_STRATEGIES_RUN_ID alike on every node of one deployment): "
-                     + "; ".join(f"run {k}: ranks {', '.join(map(str, v))}" for k, v in runs.items()))
+                     + "; ".join(f"run {k}: {'rank' if len(v) == 1 else 'ranks'} {_ranges(v)}" for k, v in runs.items()))
     models = {r.get("model") for r in reports if r.get("model")}
     if len(models) > 1:
         flags.append(f"ranks of different models: {', '.join(sorted(models))}")

@@ -1,9 +1,8 @@
 """Reading KV cache report files: names, schema versions, validation.
 
 Imports neither torch nor vLLM (``python -m vllm_kv_strategies report`` reads
-files in well under a second); ``jsonschema`` is imported only to validate a
-file that exists, and only when it is installed (else a check of the required
-keys stands in).
+files in well under a second); ``jsonschema`` (a dependency) is imported only
+to validate a file that exists.
 
 Every failure raises :class:`ReportError` with one line a user can act on.
 """
@@ -77,11 +76,8 @@ def validate(data: dict) -> None:
     Raises:
         ReportError: the first (most relevant) violation, e.g. ``missing key 'totals'``.
     """
-    try:
-        import jsonschema
-    except ImportError:  # not a dependency: check the keys every reader needs
-        _check_keys(data)
-        return
+    import jsonschema  # a dependency; imported here, only when a file is read
+
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema()).iter_errors(data))
     if error is None:
         return
@@ -90,19 +86,6 @@ def validate(data: dict) -> None:
         raise ReportError(f"missing key {missing!r}{_where(error)}")
     message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
     raise ReportError(f"{message}{_where(error)}")
-
-
-def _check_keys(data: dict) -> None:
-    s = schema()
-    for key in s["required"]:
-        if key not in data:
-            raise ReportError(f"missing key {key!r}")
-    for key in ("versions", "kv_cache", "totals"):
-        if not isinstance(data[key], dict):
-            raise ReportError(f"{data[key]!r} is not of type 'object' at $.{key}")
-        for sub in s["properties"][key]["required"]:
-            if sub not in data[key]:
-                raise ReportError(f"missing key {sub!r} at $.{key}")
 
 
 def upgrade_v1(data: dict) -> dict:
@@ -198,7 +181,8 @@ def load_dir(directory: str | os.PathLike) -> list[tuple[str, dict]]:
     ``latest`` copy of a timestamped file is dropped. Sorted by rank, then time.
 
     Raises:
-        ReportError: no report file there, or one of them is broken.
+        ReportError: no report file there, one of them is broken, or its
+            name's rank is not the rank it holds.
     """
     try:
         names = sorted(n for n in os.listdir(directory) if NAME_RE.match(n))
@@ -213,6 +197,9 @@ def load_dir(directory: str | os.PathLike) -> list[tuple[str, dict]]:
     for name in names:
         path = os.path.join(directory, name)
         report = load(path)
+        named = int(NAME_RE.match(name)["rank"])
+        if named != report["totals"]["rank"]:
+            raise ReportError(f"{path}: the file name says rank {named}, the report rank {report['totals']['rank']}")
         key = (report["totals"]["rank"], report.get("run_id"), report.get("pid"), created(report, path))
         if key not in seen or NAME_RE.match(name)["latest"] is None:
             seen[key] = (path, report)
