@@ -111,7 +111,6 @@ def _runner_choice(engine_args: list[str]) -> tuple[compat.PatchTarget, str]:
     engine options it is vLLM's own ``VllmConfig.use_v2_model_runner`` for
     them (``vllm/config/vllm.py``); without, what the environment decides
     (``VLLM_USE_V2_MODEL_RUNNER``, whether Triton has a backend here)."""
-
     from .compat import upstream as facts
 
     engine_args = engine_args[1:] if engine_args[:1] == ["--"] else engine_args
@@ -188,7 +187,6 @@ def _doctor(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     """Exit 0: rendered; 1: ``report DIR`` flagged a rank; 2: a path is not a
     readable report (one line on stderr)."""
-
     from .report import render, schema
 
     def one(path: str) -> tuple[str, dict]:

@@ -74,6 +74,15 @@ def summaries(log: str) -> dict[int, str]:
     return {rank: lines[0] for rank, lines in found.items()}
 
 
+def built_by_each_rank(off_log: str, on_log: str, reports: Path, built: str) -> dict[int, dict]:
+    """Off: no summary line. On: ranks 0 and 1 each log ``built`` once; rank -> its newest report."""
+    assert "kv_strategies: rank" not in off_log
+    lines = summaries(on_log)
+    assert sorted(lines) == [0, 1]
+    assert all(f"built {built} in 1 raw buffer;" in line for line in lines.values()), lines
+    return {rank: json.loads((reports / f"kv_cache_report.latest.rank{rank}.json").read_text()) for rank in lines}
+
+
 def generate_pp2(model: Path, out: Path, **env: str) -> str:
     proc = subprocess.run(
         [sys.executable, str(HERE / "run_generate.py"), str(model), str(out), "--pipeline-parallel-size", "2",
@@ -90,12 +99,7 @@ def test_pipeline_parallel_2_each_stage_builds_its_own_layers(model, tmp_path):
     reports = tmp_path / "reports"
     on_log = generate_pp2(model, tmp_path / "on.json", KV_STRATEGIES="on", KV_STRATEGIES_REPORT=str(reports))
 
-    assert "kv_strategies: rank" not in off_log
-    lines = summaries(on_log)
-    assert sorted(lines) == [0, 1]
-    for stage in (0, 1):
-        assert "built 2 layers (full_attention=2) in 1 raw buffer;" in lines[stage]
-        report = json.loads((reports / f"kv_cache_report.latest.rank{stage}.json").read_text())
+    for stage, report in built_by_each_rank(off_log, on_log, reports, "2 layers (full_attention=2)").items():
         assert sorted(report["layers"]) == LAYERS[2 * stage: 2 * stage + 2]
         assert report["parallel"]["pipeline_parallel_rank"] == stage
         assert report["parallel"]["pipeline_parallel_size"] == 2 and report["world_size"] == 2
@@ -147,12 +151,7 @@ def test_data_parallel_2_each_engine_builds_and_reports_its_rank(model, tmp_path
     reports = tmp_path / "reports"
     on, on_log = serve_dp2(model, reports, "on")
 
-    assert "kv_strategies: rank" not in off_log
-    lines = summaries(on_log)
-    assert sorted(lines) == [0, 1]
-    for rank in (0, 1):
-        assert "built 4 layers (full_attention=4) in 1 raw buffer;" in lines[rank]
-        report = json.loads((reports / f"kv_cache_report.latest.rank{rank}.json").read_text())
+    for rank, report in built_by_each_rank(off_log, on_log, reports, "4 layers (full_attention=4)").items():
         assert report["parallel"]["data_parallel_rank"] == rank and report["totals"]["rank"] == rank
         assert sorted(report["layers"]) == LAYERS
     shown = deployment_report(reports)

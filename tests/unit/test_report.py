@@ -111,7 +111,7 @@ def test_padding_and_duplicates_are_measured_from_the_tensors():
     plan = plan_kv_cache(config)
     # One buffer per layer (the fault stock vllm-ascend 0.11 had), each with 1 KiB of slack.
     own = {n: torch.zeros(16384 + 1024, dtype=torch.int8)[1024:].view(torch.bfloat16).view(4, 16, 1, 128) for n in names}
-    t = report_mod.build_report(plan, own, strided=True, rank=3)["totals"]
+    t = report_mod.build_report(plan, own, strided=True, place=ParallelRanks(3, 4, 0, 1, 0, 1, 3, 4))["totals"]
     assert (t["rank"], t["raw_buffers"], t["bytes_allocated"], t["bytes_required"]) == (3, 2, 34816, 16384)
     assert (t["alignment_padding"], t["duplicated_bytes"]) == (2048, 16384)
 

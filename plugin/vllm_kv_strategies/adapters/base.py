@@ -23,6 +23,8 @@ from ..strategies import ModelDims
 _STOCK_FLAG = "_kv_strategies_stock"
 #: Attribute set on a runner once its patched KV cache build ran (see :meth:`RunnerAdapter.checked_initialize`).
 _BUILT_FLAG = "_kv_strategies_built"
+
+
 class RunnerAdapter:
     """Builds (or wraps) one runner's KV cache with the strategies.
 

@@ -228,12 +228,12 @@ def deployment(directory: str, items: list[tuple[str, dict]]) -> tuple[str, bool
     header = (f"{'rank':>4}  {'dp/pp/tp':8}  {'built by':9} {'mode':8} {'layers':>6} {'buffers':>7} {'bytes allocated':>16} "
               f"{'bytes required':>16} {'num_blocks':>10} {'tokens':>10}  {'layout':8}  file")
     lines.append(header)
-    layouts: dict[tuple[int, str], list[int]] = {}  # (pipeline stage, layout) -> ranks: stages hold different layers
+    stages: dict[int, dict[str, list[int]]] = {}  # pipeline stage -> layout -> ranks: stages hold different layers
     for rank, (path, r) in per_rank.items():
         t = r["totals"]
         kinds = t.get("layers_per_kind") or t["layers_per_strategy"]
         layout = layout_id(r)
-        layouts.setdefault((_stage(r), layout), []).append(rank)
+        stages.setdefault(_stage(r), {}).setdefault(layout, []).append(rank)
         lines.append(
             f"{rank:>4}  {_place(r):8}  {r['built_by']:9} {r.get('mode') or '-':8} {sum(kinds.values()):>6} {t['raw_buffers']:>7} "
             f"{t['bytes_allocated']:>16,} {t['bytes_required']:>16,} {t['num_blocks']:>10,} {t['tokens']:>10,}  {layout:8}  {os.path.basename(path)}"
@@ -246,8 +246,7 @@ def deployment(directory: str, items: list[tuple[str, dict]]) -> tuple[str, bool
         f"{required:,} required; tokens per rank "
         + (f"{tokens[0]:,} on every rank" if len(tokens) == 1 else f"{tokens[0]:,} to {tokens[-1]:,}")
     )
-    stages = sorted({stage for stage, _ in layouts})
-    differ = [stage for stage in stages if sum(1 for s, _ in layouts if s == stage) > 1]
+    differ = {stage: layouts for stage, layouts in sorted(stages.items()) if len(layouts) > 1}
     if not differ:
         lines.append("layouts: the same on every rank" if len(stages) == 1 else
                      f"layouts: the same on every rank of each pipeline stage ({len(stages)} stages, each with its own layers)")
@@ -255,7 +254,7 @@ def deployment(directory: str, items: list[tuple[str, dict]]) -> tuple[str, bool
         lines.append("ranks whose layouts differ: " + "; ".join(
             f"layout {k} on rank{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
             + (f" (pipeline stage {stage})" if len(stages) > 1 else "")
-            for (stage, k), v in layouts.items() if stage in differ))
+            for stage, layouts in differ.items() for k, v in layouts.items()))
     flags = []
     missing = [rank for rank in range(world) if rank not in per_rank]
     if missing:

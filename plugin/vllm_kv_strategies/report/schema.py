@@ -196,12 +196,11 @@ def load_dir(directory: str | os.PathLike) -> list[tuple[str, dict]]:
     seen: dict[tuple, tuple[str, dict]] = {}
     for name in names:
         path = os.path.join(directory, name)
-        report = load(path)
-        named = int(NAME_RE.match(name)["rank"])
-        if named != report["totals"]["rank"]:
-            raise ReportError(f"{path}: the file name says rank {named}, the report rank {report['totals']['rank']}")
+        report, named = load(path), NAME_RE.match(name)
+        if int(named["rank"]) != report["totals"]["rank"]:
+            raise ReportError(f"{path}: the file name says rank {named['rank']}, the report rank {report['totals']['rank']}")
         key = (report["totals"]["rank"], report.get("run_id"), report.get("pid"), created(report, path))
-        if key not in seen or NAME_RE.match(name)["latest"] is None:
+        if key not in seen or named["latest"] is None:
             seen[key] = (path, report)
     return sorted(seen.values(), key=lambda item: (item[1]["totals"]["rank"], created(item[1], item[0])))
 

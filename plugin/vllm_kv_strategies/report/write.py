@@ -60,8 +60,6 @@ def build_report(
     kv_caches: dict[str, Any],
     *,
     strided: bool | None = None,
-    rank: int | None = None,
-    world_size: int | None = None,
     kv_cache_config: Any = None,
     mode: str | None = None,
     model: str | None = None,
@@ -79,18 +77,17 @@ def build_report(
         strided: the config's tensors describe one backing allocation (vLLM
             0.30+), so the required bytes are its size, not the sum of sizes;
             defaults to what the installed vLLM has.
-        rank, world_size: default to the worker's place in the deployment
-            (:func:`~vllm_kv_strategies.compat.parallel.parallel_ranks`: vLLM's
-            global rank, data-parallel engines included; 0 and 1 when
-            torch.distributed is not initialised).
         kv_cache_config: vLLM's ``KVCacheConfig``; defaults to the plan's.
         mode: the ``KV_STRATEGIES`` value; defaults to the environment's.
         model: the served model's name or path, if the caller knows it.
         runner: the runner, e.g. ``"GPUModelRunner (V1)"``.
         parallel_config: the runner's vLLM ``ParallelConfig`` (its data
             parallel rank); None: no data parallelism.
-        place: the worker's ranks, when the caller knows them; defaults to
-            ``parallel_ranks(parallel_config)``.
+        place: the worker's ranks (the report's ``rank``, ``world_size`` and
+            ``parallel``), when the caller knows them; defaults to
+            :func:`~vllm_kv_strategies.compat.parallel.parallel_ranks` of
+            ``parallel_config``: vLLM's global rank, data-parallel engines
+            included; rank 0 of 1 without torch.distributed.
 
     Raises:
         ValueError: neither ``plan`` nor ``kv_cache_config`` given.
@@ -101,8 +98,6 @@ def build_report(
     if config is None:
         raise ValueError("build_report needs a plan or a kv_cache_config")
     place = parallel_ranks(parallel_config) if place is None else place
-    rank = place.rank if rank is None else rank
-    world_size = place.world_size if world_size is None else world_size
     mode = envs.KV_STRATEGIES if mode is None else mode
     groups, layer_specs = describe_groups(config)
     storages: dict[int, dict] = {}
@@ -175,7 +170,7 @@ def build_report(
     padding = sum(b["bytes"] - (b["extent"][1] - b["extent"][0]) for b in storages.values() if b["extent"])
     block_sizes = {spec.block_size for spec in built.values()}
     summary = KVCacheSummary(
-        rank=rank,
+        rank=place.rank,
         layers_per_strategy=per_strategy,
         layers_per_kind=per_kind,
         raw_buffers=len(storages),
@@ -194,7 +189,7 @@ def build_report(
         "created": iso(now),
         "run_id": envs.KV_STRATEGIES_RUN_ID or run_id(now),
         "pid": os.getpid(),
-        "world_size": world_size,
+        "world_size": place.world_size,
         "parallel": place.as_dict(),
         "model": model,
         "runner": runner,
