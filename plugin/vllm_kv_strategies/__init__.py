@@ -71,22 +71,22 @@ def register() -> None:
         if mode == "auto" and not installed.supported:
             announce(
                 logging.WARNING,
-                "%s %s is not in the support matrix (%s); vLLM's stock KV cache is used. "
+                "%s %s is not proven by the plugin's tests (%s); vLLM's stock KV cache is used. "
                 "Set KV_STRATEGIES=on to patch anyway.",
                 PREFIX,
                 installed.describe(),
-                compat.supported_releases(),
+                installed.coverage(),
             )
             return
         if not installed.supported:
             announce(
                 logging.WARNING,
-                "%s KV_STRATEGIES=%s: %s %s, which is not in the support matrix (%s)",
+                "%s KV_STRATEGIES=%s: %s %s, which the plugin's tests do not prove (%s)",
                 PREFIX,
                 mode,
                 "patching" if mode == "on" else "wrapping, to report stock's KV cache,",
                 installed.describe(),
-                compat.supported_releases(),
+                installed.coverage(),
             )
         # Patches apply when each runner's module is imported (in workers), and
         # each logs what it replaced then; here they are only armed.

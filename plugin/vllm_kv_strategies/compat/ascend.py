@@ -15,8 +15,10 @@ from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
+from .ascend_strided import unbuilt_layout_reason  # noqa: F401  (re-exported)
 from .ascend_targets import (  # noqa: F401  (re-exported: the patch declarations)
     _SPLIT_INIT_FROM,
+    ASCEND_V2,
     HYBRID_SIZING,
     SPLIT_INIT,
     THREE_INITS,

@@ -65,6 +65,26 @@ THREE_INITS = PatchTarget(
     remove_when=_REMOVE_WHEN,
 )
 
+#: vllm-ascend 0.30: Ascend's own Model Runner V2 (opt-in), wrapped only to
+#: say that stock built its KV cache: the strategies do not build V2's
+#: layouts (``vllm_ascend.worker.v2.attn_utils``) yet.
+ASCEND_V2 = PatchTarget(
+    name="ascend-v2",
+    runner="NPUModelRunner (Ascend V2)",
+    module="vllm_ascend.worker.v2.model_runner",
+    attributes=("NPUModelRunner.initialize_kv_cache",),
+    adapter="vllm_kv_strategies.adapters.ascend:AscendV2Adapter",
+    why=(
+        "vllm-ascend 0.30's Model Runner V2 allocates through vllm_ascend.worker.v2.attn_utils, which the "
+        "plugin does not replace: the wrapper logs one warning per worker that stock built the KV cache, so "
+        "that no log line claims the plugin did"
+    ),
+    mirrors="vllm_ascend/worker/v2/model_runner.py NPUModelRunner.initialize_kv_cache (0.30), called unchanged",
+    remove_when="the plugin builds Ascend V2's KV cache (vllm_ascend.worker.v2.attn_utils._allocate_kv_cache)",
+)
+#: The first vllm-ascend release with its own Model Runner V2 the plugin knows of.
+_ASCEND_V2_FROM = "0.30.0"
+
 #: vllm-ascend 0.11 / 0.13: the hybrid attention + Mamba page sizing, in the
 #: front-end process that builds the ``VllmConfig`` (``__post_init__`` ->
 #: ``try_verify_and_update_config``; the engine core and the workers receive
@@ -131,6 +151,8 @@ def hybrid_sizing_target(vllm_ascend: str | None = None) -> PatchTarget | None:
 
 def targets(vllm_ascend: str | None = None) -> tuple[PatchTarget, ...]:
     """Everything the plugin patches on a vllm-ascend release: the runner
-    (:func:`target`) and, on 0.11 / 0.13, the hybrid page sizing."""
+    (:func:`target`), on 0.11 / 0.13 the hybrid page sizing, from 0.30
+    Ascend's Model Runner V2 (a warning only)."""
     sizing = hybrid_sizing_target(vllm_ascend)
-    return (target(vllm_ascend),) + ((sizing,) if sizing is not None else ())
+    v2 = () if _before(_ASCEND_V2_FROM, vllm_ascend) else (ASCEND_V2,)
+    return (target(vllm_ascend),) + ((sizing,) if sizing is not None else ()) + v2

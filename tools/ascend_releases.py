@@ -1,0 +1,94 @@
+"""Classify every vllm-ascend release on the package index against the matrix's cells.
+
+For each release from 0.11.0rc0 on (``pip index versions vllm-ascend --pre``), download it with
+pip (a wheel where the index has one, else the sdist, whose metadata is prepared without build
+isolation and without CANN), read ``vllm_ascend/worker/model_runner_v1.py`` out of the archive and
+fingerprint the ``NPUModelRunner`` methods the plugin patches or reads
+(:func:`vllm_kv_strategies.compat.fingerprint.method_fingerprint` over
+:data:`vllm_kv_strategies.compat.ascend_releases.FINGERPRINTED_METHODS`). Prints the
+``FINGERPRINTS`` mapping that :mod:`vllm_kv_strategies.compat.ascend_releases` holds, so that a
+release with the same code as a cell's release is covered by that cell and any other is not.
+
+    python tools/ascend_releases.py [--cache DIR] [--from 0.11.0rc0]
+
+Needs pip, packaging, setuptools and setuptools-scm in the running interpreter (for the sdists);
+about 30 downloads of 0.4-30 MB, kept in --cache (default .nox/_releases) between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "plugin"))
+
+from packaging.version import Version  # noqa: E402
+
+from vllm_kv_strategies.compat.ascend_releases import FINGERPRINTED_METHODS  # noqa: E402
+from vllm_kv_strategies.compat.fingerprint import method_fingerprint  # noqa: E402
+
+RUNNER_FILE = "vllm_ascend/worker/model_runner_v1.py"
+WHEEL_TAGS = ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "--platform", "manylinux_2_24_x86_64",
+              "--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64"]
+
+
+def index_versions() -> list[str]:
+    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "vllm-ascend", "--pre"],
+                         capture_output=True, text=True, check=True).stdout
+    listed = re.search(r"Available versions: (.*)", out)
+    if listed is None:
+        sys.exit(f"pip index versions printed no version list:\n{out}")
+    return [v.strip() for v in listed.group(1).split(",")]
+
+
+def download(version: str, cache: Path) -> Path:
+    """The release's archive in ``cache`` (downloaded once)."""
+    for path in cache.glob(f"vllm_ascend-{version}[-.]*"):
+        if path.name.endswith((".whl", ".tar.gz")):
+            return path
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache), f"vllm-ascend=={version}"]
+    wheel = subprocess.run([*pip, "--only-binary=:all:", *WHEEL_TAGS], capture_output=True, text=True)
+    if wheel.returncode != 0:
+        env = {**os.environ, "SOC_VERSION": "ascend910b1", "COMPILE_CUSTOM_KERNELS": "0"}
+        subprocess.run([*pip, "--no-binary=:all:", "--no-build-isolation"], env=env, check=True,
+                       capture_output=True, text=True)
+    return download(version, cache)
+
+
+def runner_source(archive: Path) -> str | None:
+    if archive.name.endswith(".whl"):
+        with zipfile.ZipFile(archive) as whl:
+            return whl.read(RUNNER_FILE).decode() if RUNNER_FILE in whl.namelist() else None
+    with tarfile.open(archive) as sdist:
+        for member in sdist.getmembers():
+            if member.name.endswith("/" + RUNNER_FILE) and member.name.count("/") == RUNNER_FILE.count("/") + 1:
+                return sdist.extractfile(member).read().decode()
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=ROOT / ".nox" / "_releases")
+    parser.add_argument("--from", dest="first", default="0.11.0rc0")
+    args = parser.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    versions = sorted((v for v in index_versions() if Version(v) >= Version(args.first)), key=Version)
+    print("FINGERPRINTS: dict[str, str] = {")
+    for version in versions:
+        print(f"[ascend_releases] {version}: downloading", file=sys.stderr, flush=True)
+        source = runner_source(download(version, args.cache))
+        value = "None" if source is None else repr(method_fingerprint(source, "NPUModelRunner", FINGERPRINTED_METHODS))
+        print(f"    {version!r}: {value},", flush=True)
+    print("}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
