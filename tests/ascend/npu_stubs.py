@@ -1,5 +1,6 @@
 """Stand-ins for the NPU-only modules vllm-ascend imports, so its real code runs on a CPU host
-(vllm-ascend 0.11.0, 0.13.0, 0.18.0 and 0.23.0; which modules each needs is in ``_ROOTS_BY_VERSION``).
+(vllm-ascend 0.11.0, 0.13.0, 0.18.0, 0.23.0 and 0.30.0; which modules each needs is in
+``_ROOTS_BY_VERSION``).
 
 ``install(version)`` puts into ``sys.modules``:
 
@@ -14,6 +15,14 @@
 * ``torchvision``: package stub (transformers' Qwen2-VL processors import
   ``torchvision.transforms.v2``; the PyPI torchvision wheel needs CUDA ops and cannot load here).
 * ``torchair``: package stub, only for the versions that import it (0.18.0 and 0.11.0).
+* ``acl`` and ``fla_npu``: package stubs, 0.30.0 only. ``acl`` (CANN's Python runtime):
+  ``vllm_ascend/device_allocator/camem.py`` does ``from acl.rt import memcpy`` and
+  ``vllm_ascend/worker/worker.py`` imports camem. ``fla_npu`` (the Ascend flash-linear-attention
+  kernels): ``vllm_ascend/ops/gdn.py`` (reached from ``vllm_ascend.patch.worker`` through
+  ``patch_qwen3_5``), ``ops/kda.py``, ``ops/kimi_kda.py`` import ``fla_npu.ops.ascendc``.
+  0.30.0rc2 never imports ``triton_ascend`` itself (it looks up triton-ascend's ops through
+  ``triton.language.extra.cann``, only when triton is installed, which it is not here), so that
+  root is not stubbed.
 
 For 0.23.0 it then imports ``vllm_ascend.ops`` before anything else of vllm-ascend:
 importing ``vllm_ascend.worker.model_runner_v1`` first hits a circular import
@@ -33,10 +42,11 @@ from unittest.mock import MagicMock
 
 __all__ = ["install", "installed_version", "STUB_ROOTS", "is_stub", "format_cast_mock"]
 
-SUPPORTED_VERSIONS = ("0.23.0", "0.18.0", "0.13.0", "0.11.0")
+SUPPORTED_VERSIONS = ("0.30.0", "0.23.0", "0.18.0", "0.13.0", "0.11.0")
 
 # Which stub packages each vllm-ascend version needs (see the probe notes).
 _ROOTS_BY_VERSION = {
+    "0.30.0": ("torch_npu", "torchvision", "acl", "fla_npu"),
     "0.23.0": ("torch_npu", "torchvision"),
     "0.18.0": ("torch_npu", "torchvision", "torchair"),
     "0.13.0": ("torch_npu", "torchvision"),
@@ -145,8 +155,9 @@ def installed_version() -> str | None:
 
 
 def install(version: str = "0.23.0", *, import_ops: bool = True) -> None:
-    """Install the stubs for vllm-ascend ``version`` (a post-release counts as its base
-    release: 0.23.0.post1 is 0.23.0); then (0.23) import ``vllm_ascend.ops``."""
+    """Install the stubs for vllm-ascend ``version`` (a post-release or a release candidate counts
+    as its base release: 0.23.0.post1 is 0.23.0, 0.30.0rc2 is 0.30.0); then (0.23) import
+    ``vllm_ascend.ops``."""
     global _installed_version, STUB_ROOTS
     # packaging directly, not compat.release: tools/make_venv_ascend.sh runs this before the plugin is installed.
     from packaging.version import Version
