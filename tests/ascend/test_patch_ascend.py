@@ -147,3 +147,48 @@ def test_the_310p_runner_overrides_the_build_but_not_its_caller():
     cls = runner_310p.NPUModelRunner310
     assert issubclass(cls, NPU)
     assert "initialize_kv_cache_tensors" in cls.__dict__ and "initialize_kv_cache" not in cls.__dict__
+
+
+# ---------------------------------------------------------------------------
+# Exact release identity: the installed code is the code the table fingerprinted
+# ---------------------------------------------------------------------------
+
+
+def test_installed_runner_code_has_the_published_fingerprint():
+    """The fingerprint tools/ascend_releases.py computed from the published archive equals the
+    installed module's, computed as the adapter does at patch time: the table and the runtime
+    check agree, and this cell's release is the one its row names."""
+    from importlib.metadata import version
+
+    from vllm_kv_strategies.compat import ascend_releases as rel
+    from vllm_kv_strategies.compat.fingerprint import module_fingerprint
+
+    installed = version("vllm-ascend")
+    module = __import__(TARGET.module, fromlist=["NPUModelRunner"])
+    assert module_fingerprint(module, "NPUModelRunner", rel.FINGERPRINTED_METHODS) == rel.FINGERPRINTS[installed]
+    assert rel.code_mismatch(module, installed) is None
+    assert rel.classify(installed).status == rel.OWN_CELL and rel.CELL_PINS[rel.classify(installed).vllm] == installed
+
+
+@pytest.mark.parametrize("mode", ["auto", "on"])
+def test_a_changed_install_stays_stock_in_auto(monkeypatch, originals, kv_log, mode):
+    """A runner module whose KV methods are not the published release's (a locally changed
+    install) is not patched in auto (one warning); on patches it, warning that no test ran it."""
+    from importlib.metadata import version
+
+    from vllm_kv_strategies.compat import ascend_releases as rel
+
+    saved, _ = originals
+    installed = version("vllm-ascend")
+    monkeypatch.setitem(rel.FINGERPRINTS, installed, "0123456789abcdef")
+    monkeypatch.setenv("KV_STRATEGIES", mode)
+    vllm_kv_strategies.register()
+    assert patching.is_patched(NPU) is (mode == "on")
+    if mode == "auto":
+        assert all(NPU.__dict__[m] is saved[m] for m in METHODS)
+    [warning] = [w for w in kv_log.at(logging.WARNING) if "fingerprint" in w]
+    assert f"are not those published as vllm-ascend {installed} (0123456789abcdef): a changed install" in warning
+    assert warning.endswith(
+        f"; {TARGET.runner} stays stock (KV_STRATEGIES=on patches it anyway)" if mode == "auto"
+        else "; patching it anyway (KV_STRATEGIES=on)"
+    )

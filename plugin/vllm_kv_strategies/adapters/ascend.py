@@ -32,7 +32,7 @@ from ..compat import ascend as facts
 from ..compat.ascend_releases import code_mismatch
 from ..compat.matrix import Installed, release_before
 from ..errors import UnsupportedSpecError
-from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
+from ..layout.ascend import TensorLayout, buffer_slices, interleaved_kv_views, layer_views, plan_layout
 from ..logger import PREFIX, warn_once
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
@@ -53,6 +53,10 @@ class AscendPlan:
     plan: KVCachePlan
     layouts: list[TensorLayout]
     hybrid: bool
+    #: layer -> the kernel block size its attention views are split into
+    kernel_block_sizes: dict[str, int]
+    #: layer -> the backend's (2, rows, ...) shape of its interleaved K|V (0.30)
+    kv_shapes: dict[str, tuple[int, ...]]
 
 
 def _zeros(nbytes: int, device: Any, align: bool, layer: str) -> Any:
@@ -134,12 +138,13 @@ class AscendAdapter(RunnerAdapter):
         return {name: by_name.get(name, self.initialize_kv_cache_tensors) for name in self.target.attributes}
 
     # -- planning ----------------------------------------------------------
-    def plan_runner(self, runner: Any, kv_cache_config: Any) -> AscendPlan:
+    def plan_runner(self, runner: Any, kv_cache_config: Any, kernel_block_sizes: list[int] | None = None) -> AscendPlan:
         """Plan and lay out every layer of ``runner``'s config before anything is
         allocated; raises (see :func:`~vllm_kv_strategies.layout.ascend.plan_layout`)
-        if that is not possible."""
+        if that is not possible. ``kernel_block_sizes``: per KV cache group,
+        as vllm-ascend 0.30 passes them (else the runner's own)."""
         layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
-        reason = facts.stock_only_reason(runner, layer_names) or facts.unbuilt_layout_reason(kv_cache_config)
+        reason = facts.stock_only_reason(runner, layer_names) or facts.unbuilt_layout_reason(runner, kv_cache_config)
         if reason is not None:
             raise UnsupportedSpecError(f"the strategies do not build the {reason}")
         facts.binds_per_virtual_engine()  # asked of vLLM here, so a binder it cannot read falls back
@@ -150,23 +155,35 @@ class AscendAdapter(RunnerAdapter):
             kv_cache_config = normalize_legacy_specs(kv_cache_config, dims, facts.LEGACY_INDEX_HEAD_DIM)
         if facts.bsh_int8_layout(runner):
             kv_cache_config = restate_bsh(kv_cache_config)
+        strided = facts.strided_form(kv_cache_config)  # 0.30: every layer in buffers of its own, as stock
         plan = plan_kv_cache(
-            kv_cache_config,
+            facts.private_layer_config(kv_cache_config) if strided else kv_cache_config,
             dims,
             skip_layers=set(getattr(runner, "runner_only_attn_layers", ()) or ()),
             model_layers=forward_context,
         )
+        if strided:
+            kernel = facts.kernel_block_sizes_by_layer(runner, kv_cache_config, kernel_block_sizes)
+            interleaved = facts.interleaved_kv_layers(runner, kv_cache_config)
+        else:
+            kernel, interleaved = self._kernel_block_sizes(runner), frozenset()
         stock_shares = not release_before(Installed.detect().vllm_ascend, "0.13.0")
         layouts, hybrid = plan_layout(
-            plan, facts.mamba_states_interleaved(), self._kernel_block_sizes(runner), stock_shares, facts.coallocated_groups()
+            plan, facts.mamba_states_interleaved(), kernel, stock_shares, facts.coallocated_groups(), interleaved
         )
-        return AscendPlan(plan, layouts, hybrid)
+        n = plan.kv_cache_config.num_blocks
+        shapes = {  # asked of the backends now, so a shape they do not give falls back before allocating
+            name: facts.interleaved_kv_shape(runner, name, plan.layers[name].spec, n,
+                                             kernel.get(name, plan.layers[name].spec.block_size))
+            for name in interleaved if name in plan.layers
+        }
+        return AscendPlan(plan, layouts, hybrid, kernel, shapes)
 
-    def _decide(self, runner: Any, kv_cache_config: Any) -> AscendPlan | None:
+    def _decide(self, runner: Any, kv_cache_config: Any, kernel_block_sizes: list[int] | None = None) -> AscendPlan | None:
         """The plan, or None for "stock" (observe, fallback, or inside stock)."""
         if self.observing() or self.building_stock(runner):
             return None
-        return self.plan_or_fallback(lambda: self.plan_runner(runner, kv_cache_config))
+        return self.plan_or_fallback(lambda: self.plan_runner(runner, kv_cache_config, kernel_block_sizes))
 
     @staticmethod
     def _kernel_block_sizes(runner: Any) -> dict[str, int]:
@@ -197,7 +214,7 @@ class AscendAdapter(RunnerAdapter):
         """layer -> tuple of attention part views, list of Mamba state views,
         or one plain view. Stock gets every argument it was called with
         (0.30's ``kernel_block_sizes`` too)."""
-        decided = self._decide(runner, kv_cache_config)
+        decided = self._decide(runner, kv_cache_config, kwargs.get("kernel_block_sizes", args[0] if args else None))
         if decided is None:
             return stock(runner, kv_cache_config, raws, *args, **kwargs)
         return self._views(runner, decided, raws)
@@ -212,7 +229,7 @@ class AscendAdapter(RunnerAdapter):
         stock build gets every argument it was called with (vllm-ascend 0.28+
         pass ``kernel_block_sizes`` and ``kv_cache_allocation_context``)."""
         self.mark_built(runner)
-        decided = self._decide(runner, kv_cache_config)
+        decided = self._decide(runner, kv_cache_config, kwargs.get("kernel_block_sizes", args[0] if args else None))
         if decided is None:
             with self.stock_build(runner):
                 kv_caches = stock(runner, kv_cache_config, *args, **kwargs)
@@ -226,22 +243,29 @@ class AscendAdapter(RunnerAdapter):
         kv_caches = self._views(runner, decided, raws)
         for layer_name, target in (getattr(runner, "shared_kv_cache_layers", None) or {}).items():
             kv_caches[layer_name] = kv_caches[target]
+        fill_v_scales = getattr(runner, "_fill_c8_mxfp_v_scale_caches", None)
+        if fill_v_scales is not None:  # 0.30 calls it on every build (it records no cache but C8 MXFP's)
+            fill_v_scales(kv_caches)
         self.inject_test_fault(decided.plan, kv_caches)
-        # longcat_flash puts two attention modules in one decoder layer (as stock).
-        num_attn_module = 2 if runner.model_config.hf_text_config.model_type == "longcat_flash" else 1
+        # longcat_flash (0.30: and longcat_flash_ngram) put two attention modules in one decoder layer (as stock).
+        num_attn_module = 2 if runner.model_config.hf_text_config.model_type in facts.TWO_ATTENTION_MODULES else 1
         bind_every_layer(kv_caches, runner.compilation_config.static_forward_context, runner.kv_caches, num_attn_module)
         self.report(decided.plan, kv_caches, kv_cache_config, runner)
         return kv_caches
 
     def _views(self, runner: Any, decided: AscendPlan, raws: dict[str, Any]) -> dict[str, Any]:
         plan = decided.plan
-        kernel = self._kernel_block_sizes(runner)
+        kernel = decided.kernel_block_sizes
         interleaved = facts.mamba_states_interleaved()
         kv_page = {lp.name: layout.kv_page for layout in decided.layouts for lp in layout.layers}
         convert = facts.format_converter(runner)
-        on_npu = getattr(runner.device, "type", None) == "npu"
+        # stock 0.30 casts no view (the ND cast on 0.13 - 0.23 is issue 22's to settle)
+        on_npu = getattr(runner.device, "type", None) == "npu" and not facts.strided_form(plan.kv_cache_config)
         kv_caches: dict[str, Any] = {}
         for name, lp in plan.layers.items():
+            if name in decided.kv_shapes:
+                kv_caches[name] = interleaved_kv_views(raws[name], lp.spec.dtype, decided.kv_shapes[name])
+                continue
             views = layer_views(
                 lp, raws[name], plan.kv_cache_config.num_blocks, kernel.get(name), interleaved, kv_page.get(name)
             )

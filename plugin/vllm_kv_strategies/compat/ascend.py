@@ -15,7 +15,14 @@ from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
-from .ascend_strided import unbuilt_layout_reason  # noqa: F401  (re-exported)
+from .ascend_strided import (  # noqa: F401  (re-exported: vLLM 0.30's strided form on vllm-ascend 0.30)
+    interleaved_kv_layers,
+    interleaved_kv_shape,
+    kernel_block_sizes_by_layer,
+    private_layer_config,
+    strided_form,
+    unbuilt_layout_reason,
+)
 from .ascend_targets import (  # noqa: F401  (re-exported: the patch declarations)
     _SPLIT_INIT_FROM,
     ASCEND_V2,
@@ -56,6 +63,9 @@ _BSH_INT8_BEFORE = "0.13.0"
 #: transfer role (A2: consumers only; A5: any role); before, the runner gates
 #: the FA-quant split on ``runner.is_kv_consumer`` (0.18).
 _FA_QUANT_ROLE_IN_PROBE_FROM = "0.23.0"
+#: Model types whose decoder layers hold two attention modules (the binder's
+#: ``num_attn_module``): ``longcat_flash``; ``longcat_flash_ngram`` too in 0.30.
+TWO_ATTENTION_MODULES = frozenset({"longcat_flash", "longcat_flash_ngram"})
 #: Indexer key width vllm-ascend 0.11 and 0.13 hard-code for the legacy sparse
 #: form (used when the model config has no ``index_head_dim``).
 LEGACY_INDEX_HEAD_DIM = 128

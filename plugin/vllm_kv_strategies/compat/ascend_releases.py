@@ -28,7 +28,8 @@ from typing import Any
 
 #: ``NPUModelRunner`` methods whose code a proof covers: the ones the plugin
 #: replaces or wraps on some release, the spec collection it builds from, and
-#: the runner methods it calls (the attention group iterator, 0.11's format cast).
+#: the runner methods it calls (the attention group iterator, 0.11's format
+#: cast, 0.30's C8 MXFP check and V-scale fill).
 FINGERPRINTED_METHODS: tuple[str, ...] = (
     "initialize_kv_cache",
     "initialize_kv_cache_tensors",
@@ -39,6 +40,8 @@ FINGERPRINTED_METHODS: tuple[str, ...] = (
     "get_kv_cache_spec",
     "_kv_cache_spec_attn_group_iterator",
     "_convert_torch_format",
+    "_is_c8_mxfp_kv_cache",
+    "_fill_c8_mxfp_v_scale_caches",
 )
 
 #: The release each Ascend cell pins (cell release -> exact vllm-ascend
@@ -73,37 +76,37 @@ FIRST_FINGERPRINTED = "0.11.0rc0"
 #: :data:`FINGERPRINTED_METHODS` in each release's published
 #: ``model_runner_v1.py``.
 FINGERPRINTS: dict[str, str] = {
-    "0.11.0rc0": "b9a7bb235fa0b2e6",
-    "0.11.0rc1": "513a1f1826545425",
-    "0.11.0rc2": "513a1f1826545425",
-    "0.11.0rc3": "385daea674c4677a",
-    "0.11.0": "385daea674c4677a",
-    "0.12.0rc1": "968453f2c4e022f9",
-    "0.13.0rc1": "05e797df46e21bdf",
-    "0.13.0rc2": "8edb3bd3475e9230",
-    "0.13.0rc3": "0518b7e5d9dec892",
-    "0.13.0": "8edb3bd3475e9230",
-    "0.14.0rc1": "4a8b92e5667ef10a",
-    "0.15.0rc1": "5a430f6235b03fd7",
-    "0.16.0rc1": "27a8371b155a02c0",
-    "0.17.0rc1": "c06651701d7f0e4c",
-    "0.18.0rc1": "5814205e387376b6",
-    "0.18.0": "353585dcbcde5885",
-    "0.19.1rc1": "26fc77c61c835380",
-    "0.20.2rc1": "36f8fafc4b1069da",
-    "0.21.0rc1": "a0656e9c299bb388",
-    "0.22.1rc1": "7ac3ce8a41a50b28",
-    "0.23.0rc1": "dac196d7298605a6",
-    "0.23.0": "dac196d7298605a6",
-    "0.23.0.post1": "dac196d7298605a6",
-    "0.24.0rc1": "e39e6382f39e7dd4",
-    "0.25.1rc1": "d913cdb2decba58e",
-    "0.26.0rc1": "a488660c9882297f",
-    "0.27.1rc1": "a575ceb57dc925cf",
-    "0.28.0rc1": "b95191795a48df8d",
-    "0.29.0rc1": "188ec083a93af172",
-    "0.30.0rc1": "a4e0693c574c0c8c",
-    "0.30.0rc2": "a4e0693c574c0c8c",
+    "0.11.0rc0": "681316fbfbf79e70",
+    "0.11.0rc1": "2afd096a606ec6c1",
+    "0.11.0rc2": "2afd096a606ec6c1",
+    "0.11.0rc3": "3b4b56b50e767ff4",
+    "0.11.0": "3b4b56b50e767ff4",
+    "0.12.0rc1": "b9b323225a1a7071",
+    "0.13.0rc1": "1349f5cfe926f90c",
+    "0.13.0rc2": "2f884dede55453c8",
+    "0.13.0rc3": "86b68eee0d10e39f",
+    "0.13.0": "2f884dede55453c8",
+    "0.14.0rc1": "bfc3bcade6474f53",
+    "0.15.0rc1": "e2aaf0713a2b5000",
+    "0.16.0rc1": "63cfd479a73b4a4a",
+    "0.17.0rc1": "a62a19d39a50ec31",
+    "0.18.0rc1": "b654fe1c6d2ff9be",
+    "0.18.0": "04d65730fac04175",
+    "0.19.1rc1": "cfd9c0be831fe8d7",
+    "0.20.2rc1": "2ce319370a444d2b",
+    "0.21.0rc1": "ef67e477d452c44e",
+    "0.22.1rc1": "910b25e1b184051f",
+    "0.23.0rc1": "3963c119882689fe",
+    "0.23.0": "3963c119882689fe",
+    "0.23.0.post1": "3963c119882689fe",
+    "0.24.0rc1": "608b020746cf8588",
+    "0.25.1rc1": "ddf1f32e3c263317",
+    "0.26.0rc1": "d7d1c64c0e44a457",
+    "0.27.1rc1": "434a92d94615450a",
+    "0.28.0rc1": "72887329e1509075",
+    "0.29.0rc1": "993bfd2cd58a06c3",
+    "0.30.0rc1": "ace6c4481994f78f",
+    "0.30.0rc2": "ace6c4481994f78f",
 }
 
 #: Releases with no cell of their own, and the measured reason.

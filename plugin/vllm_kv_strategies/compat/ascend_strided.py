@@ -1,24 +1,32 @@
 """vllm-ascend on vLLM 0.30+: vLLM's strided ``KVCacheTensor`` (``layers``,
 ``offset``, ``layer_stride``, ``block_stride``; ``size`` is the whole backing)
-and what stock vllm-ascend 0.30 builds from it, which the strategies do not
-build yet.
+and the layout stock vllm-ascend 0.30 makes of it.
 
 Stock 0.30 (``NPUModelRunner._allocate_kv_cache_tensors`` /
-``_reshape_kv_cache_tensors``, vllm_ascend/worker/model_runner_v1.py) gives
-each layer a private buffer of ``num_blocks x page`` with K and V interleaved
-per kernel block (or separate contiguous K and V where its PA kernels need
-them), slices hybrids out of one shared backing with page-strided Mamba
-states, and its worker scales the KV budget of multi-group models down so
-that private buffers fit (``NPUWorker._scale_kv_cache_memory_for_multi_group``).
-Until the strategies build those layouts stock-equal, every such config is
-refused by name here and stock builds it (``auto``: one warning).
+``_reshape_kv_cache_tensors``, vllm_ascend/worker/model_runner_v1.py) does not
+place layers by the tensors' strides: outside hybrids and the page-strided
+kinds it gives every layer private buffers of ``num_blocks x page`` bytes
+(its worker scales the KV budget of multi-group models down so that they
+fit, ``NPUWorker._scale_kv_cache_memory_for_multi_group``):
+
+* a plain full-attention layer whose PA kernels do not need contiguous
+  caches: one buffer, K and V interleaved per kernel block (both views
+  strided by the kernel block's bytes, V half a kernel block after K);
+* every other attention layer: separate K and V (MLA: nope and rope)
+  buffers, split by head size;
+* a Mamba layer: one buffer, state after state.
+
+These functions say which layers take which form and what the strategies do
+not build yet (refused by name: stock builds those). Importing this module
+imports neither torch nor vLLM.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from .specs import layer_spec
+from .specs import head_size_v, layer_spec
 
 
 def strided_form(kv_cache_config: Any) -> bool:
@@ -26,37 +34,177 @@ def strided_form(kv_cache_config: Any) -> bool:
     return any(hasattr(tensor, "layer_stride") for tensor in kv_cache_config.kv_cache_tensors)
 
 
-def unbuilt_layout_reason(kv_cache_config: Any) -> str | None:
-    """Why the strategies leave a vllm-ascend config in vLLM's strided form to
-    stock (the spec classes present and each feature of it stock lays out on
-    its own), or None for the ``shared_by`` form of releases up to 0.28."""
-    if not strided_form(kv_cache_config):
-        return None
-    specs = {
+def layer_specs(kv_cache_config: Any) -> dict[str, Any]:
+    """layer -> its own spec, in the config's group order."""
+    return {
         name: layer_spec(group.kv_cache_spec, name)
         for group in kv_cache_config.kv_cache_groups
         for name in group.layer_names
     }
-    kinds = sorted({type(spec).__name__ for spec in specs.values()})
-    features = []
+
+
+def _is_mamba(spec: Any) -> bool:
+    return hasattr(spec, "shapes") and hasattr(spec, "mamba_type")
+
+
+def _ascend_config(runner: Any) -> Any:
+    return getattr(runner, "ascend_config", None)
+
+
+def unbuilt_layout_reason(runner: Any, kv_cache_config: Any) -> str | None:
+    """What of a vllm-ascend config in vLLM's strided form the strategies do
+    not build (stock builds it), named; None when every layer takes one of the
+    private per-layer forms of the module docstring, or for the ``shared_by``
+    form of releases up to 0.28.
+
+    Refused: hybrids (Mamba + attention in one shared backing, page-strided
+    states), layerwise KV cache reuse (zero-stride tensors), sparse KV offload
+    (``store_on_host``), KVPP, xlite graphs, decode context parallelism,
+    sparse (SFA) and compressed caches, page-strided specs
+    (``indexes_kv_by_block_stride``), packed pages (``state_content_bytes``:
+    C8 MXFP) and C8 MXFP attention, SFA indexer caches, padded attention
+    pages, the hidden-state cache, DeepSeek V4 / V4.1, step3p5 / step3p7.
+    A spec class no strategy serves is refused by the planner.
+    """
+    if not strided_form(kv_cache_config):
+        return None
+    specs = layer_specs(kv_cache_config)
+    kinds = ", ".join(sorted({type(spec).__name__ for spec in specs.values()}))
+    found = []
     tensors = kv_cache_config.kv_cache_tensors
+    ascend = _ascend_config(runner)
+    model_type = getattr(getattr(getattr(runner, "model_config", None), "hf_text_config", None), "model_type", None)
     if any(getattr(t, "layer_stride", None) == 0 and len(t.layers) > 1 for t in tensors):
-        features.append("layerwise KV cache reuse (zero-stride tensors)")
+        found.append("layerwise KV cache reuse (zero-stride tensors)")
     if any(getattr(t, "host_resident", False) for t in tensors) or any(
         getattr(s, "store_on_host", False) for s in specs.values()
-    ):
-        features.append("sparse KV offload (store_on_host)")
-    mamba = any(hasattr(s, "shapes") and hasattr(s, "mamba_type") for s in specs.values())
-    if mamba and len(specs) > sum(hasattr(s, "mamba_type") for s in specs.values()):
-        features.append("a hybrid (Mamba + attention) shared backing")
-    if any(getattr(s, "state_content_bytes", None) for s in specs.values()):
-        features.append("packed pages (state_content_bytes: C8 MXFP)")
-    if any(type(s).__name__ == "AscendSFAIndexerCacheSpec" for s in specs.values()):
-        features.append("SFA indexer caches")
-    if len(kv_cache_config.kv_cache_groups) > 1:
-        features.append(f"{len(kv_cache_config.kv_cache_groups)} KV cache groups")
-    described = ", ".join(kinds) + (f" with {', '.join(features)}" if features else "")
+    ) or getattr(runner, "sparse_kv_offload_enabled", False):
+        found.append("sparse KV offload (store_on_host)")
+    if getattr(getattr(ascend, "kvpp_config", None), "size", 1) > 1:
+        found.append("KVPP")
+    if getattr(getattr(ascend, "xlite_graph_config", None), "enabled", False):
+        found.append("xlite graphs")
+    if getattr(runner, "dcp_size", 1) > 1:
+        found.append("decode context parallelism")
+    if getattr(runner, "use_sparse", False):
+        found.append("sparse attention (SFA)")
+    if getattr(runner, "use_compress", False):
+        found.append("compressed KV cache (use_compress)")
+    if model_type in ("deepseek_v4", "deepseek_v41", "step3p5", "step3p7"):
+        found.append(f"{model_type} KV cache")
+    mamba = [s for s in specs.values() if _is_mamba(s)]
+    if mamba and len(mamba) < len(specs):
+        found.append("a hybrid (Mamba + attention) shared backing")
+    for spec in specs.values():
+        name = type(spec).__name__
+        if getattr(spec, "indexes_kv_by_block_stride", False):
+            found.append(f"page-strided {name} (indexes_kv_by_block_stride)")
+        elif getattr(spec, "state_content_bytes", None):
+            found.append(f"packed pages of {name} (state_content_bytes: C8 MXFP)")
+        elif name == "AscendSFAIndexerCacheSpec":
+            found.append("SFA indexer caches")
+        elif name in ("HiddenStateCacheSpec", "AscendSlidingWindowMLASpec", "AscendIndexerKPoolTailSpec"):
+            found.append(name)
+        elif not _is_mamba(spec) and spec.page_size_bytes != getattr(spec, "real_page_size_bytes", spec.page_size_bytes):
+            found.append(f"padded attention pages of {name}")
+    check_mxfp = getattr(runner, "_is_c8_mxfp_kv_cache", None)
+    if check_mxfp is not None and any(check_mxfp(s) for s in specs.values()):
+        found.append("C8 MXFP attention (--kv-cache-dtype mxfp8)")
+    if not found:
+        return None
     return (
-        f"vllm-ascend 0.30 layouts of vLLM's strided KVCacheTensor ({described}) yet (per-layer buffers with K|V "
-        "interleaved per kernel block, page-strided states); stock builds them"
+        f"vllm-ascend 0.30 layouts of {', '.join(dict.fromkeys(found))} ({kinds}) yet; stock builds them"
     )
+
+
+def private_layer_config(kv_cache_config: Any) -> Any:
+    """The config as stock 0.30 lays it out: one tensor per layer of
+    ``num_blocks x page`` bytes serving that layer alone (a copy; the
+    config given is not changed).
+
+    Raises:
+        ValueError: a layer is served by no tensor of the config.
+    """
+    specs = layer_specs(kv_cache_config)
+    n = kv_cache_config.num_blocks
+    tensors = []
+    for tensor in kv_cache_config.kv_cache_tensors:
+        for name in tensor.layers:
+            if name not in specs:
+                continue
+            page = specs[name].page_size_bytes
+            tensors.append(dataclasses.replace(tensor, size=n * page, layers=[name], offset=0, layer_stride=n * page,
+                                               block_stride=page))
+    served = {name for t in tensors for name in t.layers}
+    missing = [name for name in specs if name not in served]
+    if missing:
+        raise ValueError(f"layers served by no KV cache tensor: {', '.join(missing)}")
+    return dataclasses.replace(kv_cache_config, kv_cache_tensors=tensors)
+
+
+def _layer_backends(runner: Any) -> dict[str, Any]:
+    return {name: group.backend for group in runner._kv_cache_spec_attn_group_iterator() for name in group.layer_names}
+
+
+def interleaved_kv_layers(runner: Any, kv_cache_config: Any) -> frozenset[str]:
+    """The layers stock 0.30 gives one buffer with K and V interleaved per
+    kernel block: a plain ``FullAttentionSpec`` (not a subclass) of a
+    non-sparse backend whose layer does not need contiguous PA caches
+    (vllm-ascend's own ``requires_contiguous_pa_kv_cache``), as
+    ``NPUModelRunner._allocate_kv_cache_tensors`` selects them (0.30)."""
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
+
+    backends = _layer_backends(runner)
+    layers = get_layers_from_vllm_config(runner.vllm_config, AttentionLayerBase)
+    return frozenset(
+        name
+        for name, spec in layer_specs(kv_cache_config).items()
+        if type(spec) is FullAttentionSpec
+        and name in backends
+        and not backends[name].is_sparse()
+        and not requires_contiguous_pa_kv_cache(layers.get(name), runner.vllm_config, spec)
+    )
+
+
+def kernel_block_sizes_by_layer(runner: Any, kv_cache_config: Any, kernel_block_sizes: list[int] | None) -> dict[str, int]:
+    """layer -> the kernel block size stock 0.30 views it in: its KV cache
+    group's entry of ``kernel_block_sizes`` (what ``initialize_kv_cache``
+    passes; else the runner's own ``kernel_block_sizes``), attention layers
+    only (Mamba states are not split)."""
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
+    sizes = kernel_block_sizes if kernel_block_sizes is not None else getattr(runner, "kernel_block_sizes", None)
+    if not sizes:
+        return {}
+    out = {}
+    for gid, group in enumerate(kv_cache_config.kv_cache_groups):
+        if gid >= len(sizes):
+            continue
+        for name in group.layer_names:
+            if isinstance(layer_spec(group.kv_cache_spec, name), AttentionSpec):
+                out[name] = sizes[gid]
+    return out
+
+
+def interleaved_kv_shape(runner: Any, layer: str, spec: Any, num_blocks: int, kernel_block_size: int) -> tuple[int, ...]:
+    """The 5-D ``(2, num_blocks x r, ...)`` shape the layer's attention
+    backend gives its interleaved K/V (``get_kv_cache_shape``: token-major, or
+    head-major under ``VLLM_KV_CACHE_LAYOUT`` HND / LBHNC).
+
+    Raises:
+        ValueError: the backend's shape is not 5-D with K/V first, or K and V
+            differ in head size (stock then takes another path, which the
+            strategies do not build).
+    """
+    backend = _layer_backends(runner)[layer]
+    rows = num_blocks * (spec.block_size // kernel_block_size)
+    shape = tuple(backend.get_kv_cache_shape(rows, kernel_block_size, spec.num_kv_heads, spec.head_size))
+    if len(shape) != 5 or shape[0] != 2 or head_size_v(spec) != spec.head_size:
+        raise ValueError(
+            f"layer {layer!r} ({type(spec).__name__}): {backend.__name__}.get_kv_cache_shape gives {shape} for "
+            f"head sizes {spec.head_size}/{head_size_v(spec)}; only 5-D (2, ...) K|V of equal head sizes are built"
+        )
+    return shape

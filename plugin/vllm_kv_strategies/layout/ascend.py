@@ -58,6 +58,9 @@ class TensorLayout:
             cache, attention packed at its end), else one buffer per part.
         kv_page: the K page in bytes where the Mamba states lie inside the K/V
             blocks (:func:`states_in_kv_page`), else None.
+        kv_interleaved: one attention layer's buffer with K and V interleaved
+            per kernel block (vllm-ascend 0.30's plain full attention,
+            :func:`interleaved_kv_views`).
     """
 
     tensor_id: int
@@ -68,6 +71,7 @@ class TensorLayout:
     #: (:func:`coallocated_runs`); empty: one buffer per part.
     runs: tuple[int, ...] = ()
     kv_page: int | None = None
+    kv_interleaved: bool = False
 
 
 def part_regions(
@@ -148,6 +152,7 @@ def plan_layout(
     kernel_block_sizes: dict[str, int] | None = None,
     stock_shares_buffers: bool = True,
     coallocated: frozenset[str] = frozenset(),
+    interleaved_kv: frozenset[str] = frozenset(),
 ) -> tuple[list[TensorLayout], bool]:
     """Decide every tensor's raw buffers before anything is allocated.
 
@@ -161,6 +166,9 @@ def plan_layout(
             different bytes per block would corrupt under stock.
         coallocated: part groups the release places in one raw buffer
             (:func:`vllm_kv_strategies.compat.ascend.coallocated_groups`).
+        interleaved_kv: attention layers that each have a tensor of their own
+            and take one buffer with K and V interleaved per kernel block
+            (:func:`vllm_kv_strategies.compat.ascend_strided.interleaved_kv_layers`).
 
     Returns:
         the layouts (a tensor whose attention layers cannot share its Mamba
@@ -230,7 +238,14 @@ def plan_layout(
             continue
         if whole:
             layouts.append(TensorLayout(tid, whole, (size,), True))
-        if attn:
+        if attn and {lp.name for lp in attn} <= interleaved_kv:
+            if len(layers) != 1:
+                raise KVCacheLayoutError(
+                    f"KV cache tensor {tid} serves {len(layers)} layers; K|V interleaved per kernel block is "
+                    f"laid out per layer: {', '.join(lp.describe() for lp in layers)}"
+                )
+            layouts.append(TensorLayout(tid, attn, (size,), True, kv_interleaved=True))
+        elif attn:
             blocks = size // attn[0].padded_page_bytes
             parts = attn[0].parts
             layouts.append(TensorLayout(tid, attn, tuple(blocks * p.nbytes for p in parts), False, coallocated_runs(parts, coallocated)))
@@ -290,3 +305,27 @@ def layer_views(
             view = _kernel_split(view, lp.spec.block_size, kernel_block_size)
         views.append(view)
     return views
+
+
+def interleaved_kv_views(raw: Any, dtype: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """K and V of one attention layer whose buffer interleaves them per kernel
+    block: ``shape`` is the backend's ``(2, rows, *inner)`` (rows = num_blocks
+    x kernel blocks per block); kernel block i holds K then V, each
+    ``prod(inner)`` elements, so both views stride ``2 x prod(inner)``
+    elements per row and V starts ``prod(inner)`` elements after K. Mirrors
+    vllm-ascend 0.30's ``_reshape_kv_cache_tensors`` for its plain full
+    attention (and vLLM's Model Runner V2 block-first K/V views).
+
+    Raises:
+        KVCacheLayoutError: ``raw`` does not hold exactly ``prod(shape)``
+            elements of ``dtype``.
+    """
+    typed = raw.view(dtype)
+    if typed.numel() != math.prod(shape):
+        raise KVCacheLayoutError(
+            f"a buffer of {raw.numel()} bytes is not the {math.prod(shape)} x {dtype} elements of K|V {shape}"
+        )
+    hidden = math.prod(shape[2:])
+    inner = tuple(math.prod(shape[i + 1 :]) for i in range(2, len(shape)))
+    both = typed.as_strided(shape, (hidden, 2 * hidden, *inner), typed.storage_offset())
+    return both[0], both[1]
