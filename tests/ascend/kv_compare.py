@@ -21,14 +21,18 @@ from vllm_kv_strategies.adapters.ascend import AscendAdapter
 
 
 def stock_init(runner, config):
-    """The stock initialisation the release's ``initialize_kv_cache`` would call."""
-    return patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))(runner, copy.deepcopy(config))
+    """The stock initialisation the release's ``initialize_kv_cache`` would call, with the
+    arguments it passes (0.30: ``kernel_block_sizes``, ``kv_cache_allocation_context``)."""
+    config = copy.deepcopy(config)
+    return patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))(runner, config, **rf.stock_kwargs(runner, config))
 
 
 def plugin_init(runner, config):
-    """The Ascend adapter's ``initialize_kv_cache_tensors`` (stock is what it falls back to)."""
+    """The Ascend adapter's ``initialize_kv_cache_tensors`` (stock is what it falls back to),
+    called as stock is (:func:`stock_init`)."""
     stock = patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))
-    return AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config))
+    config = copy.deepcopy(config)
+    return AscendAdapter().initialize_kv_cache_tensors(stock, runner, config, **rf.stock_kwargs(runner, config))
 
 
 def storages(kv_caches: dict) -> dict[int, int]:

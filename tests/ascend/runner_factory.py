@@ -1,6 +1,6 @@
 """Build a real vllm-ascend ``NPUModelRunner`` (no ``__init__``) that can run the stock KV cache
 initialisation on CPU, plus builders of real ``KVCacheConfig`` objects for real models, for each
-vllm-ascend release the suite covers (0.11.0, 0.13.0, 0.18.0, 0.23.0).
+vllm-ascend release the suite covers (0.11.0, 0.13.0, 0.18.0, 0.23.0, 0.30.0).
 
 The NPU stubs (``npu_stubs.install``) must be installed before this module is imported; the
 ``conftest.py`` next to it does that.
@@ -25,7 +25,10 @@ What the releases' stock code reads beyond 0.23's (traced):
   for models with cross-layer KV sharing), no ``_allocate`` / ``_reshape`` halves;
 * 0.13: ``attn_backend``, ``model_config.use_mla``, ``hf_text_config.kv_lora_rank`` /
   ``qk_rope_head_dim``;
-* 0.18: ``is_kv_consumer``, ``use_sparse_c8_indexer``.
+* 0.18: ``is_kv_consumer``, ``use_sparse_c8_indexer``;
+* 0.30: ``ascend_config`` (``kvpp_config.size``, ``xlite_graph_config.enabled``), ``dcp_size``
+  (through the ``use_dcp`` property), ``sparse_kv_offload_enabled``; no ``attn_backend`` /
+  ``enable_hamming_sparse``. ``use_hybrid_blocks`` is read by the hybrid attention view.
 
 The config builders derive everything the way vLLM + vllm-ascend of the installed release do at
 start-up: per-layer specs as that release's ``NPUModelRunner.get_kv_cache_spec`` emits them
@@ -41,8 +44,16 @@ through ``compat.specs.kv_cache_planner()``, the two planning steps of ``get_kv_
 
 Importing ``vllm_ascend.worker.model_runner_v1`` (done here) applies vllm-ascend's global
 platform patches and worker patches process-wide as in a real vllm-ascend process (0.23:
-model_runner_v1 -> patch.worker.patch_draft_quarot -> patch.worker -> patch.platform), so the
-vLLM planning code used here is the Ascend-patched one.
+model_runner_v1 -> patch.worker.patch_draft_quarot -> patch.worker -> patch.platform; 0.30 no
+longer does, so this module imports ``vllm_ascend.patch.platform`` and ``vllm_ascend.patch.worker``
+itself there), so the vLLM planning code used here is the Ascend-patched one (0.30:
+``patch_kv_cache_utils`` replaces ``get_kv_cache_groups`` / ``get_kv_cache_config_from_groups``).
+
+0.30 (vLLM 0.30's ``KVCacheTensor``: ``layers``, ``layer_stride``, ``block_stride``, ``offset``,
+``size`` the whole backing): configs are planned with a real ``VllmConfig`` on the CPU device and
+the ``LBNHC`` KV cache layout, and stock is called as its ``initialize_kv_cache`` calls it:
+``initialize_kv_cache_tensors(cfg, kernel_block_sizes=..., kv_cache_allocation_context=None)``
+(:func:`stock_kwargs`).
 """
 
 from __future__ import annotations
@@ -114,6 +125,12 @@ __all__ = [
 ASCEND_VERSION = importlib.metadata.version("vllm-ascend")  # as installed: 0.23.0.post1
 #: (major, minor) of the base release, as the plugin compares releases (compat.release).
 RELEASE = tuple(int(x) for x in compat.release(ASCEND_VERSION).split(".")[:2])
+if RELEASE >= (0, 30):
+    # 0.30's model_runner_v1 no longer imports them; a worker process applies both
+    # (vllm_ascend.utils.adapt_patch): the planner (patch_kv_cache_utils) and the binder
+    # (patch_bind_kv_cache: layer.kv_cache = cache, not vLLM 0.30's layer.bind_kv_cache).
+    importlib.import_module("vllm_ascend.patch.platform")
+    importlib.import_module("vllm_ascend.patch.worker")
 ALIGNMENT = 2 * 1024 * 1024  # vllm-ascend's transfer alignment (_align_memory callers)
 BF16 = torch.bfloat16
 
@@ -222,6 +239,16 @@ RUNNER_ATTRS_BY_RELEASE = {
     + ("model_config", "shared_kv_cache_layers", "use_sparse", "is_kv_consumer", "use_sparse_c8_indexer"),
     (0, 23): _COMMON_ATTRS
     + ("model_config", "shared_kv_cache_layers", "use_compress", "use_sparse", "enable_hamming_sparse"),
+    (0, 30): _COMMON_ATTRS
+    + (
+        "model_config",
+        "shared_kv_cache_layers",
+        "use_compress",
+        "use_sparse",
+        "ascend_config",
+        "dcp_size",
+        "sparse_kv_offload_enabled",
+    ),
 }
 RUNNER_ATTRS = RUNNER_ATTRS_BY_RELEASE[RELEASE]
 
@@ -237,6 +264,26 @@ def stock_initializer(runner: NPUModelRunner) -> str:
     if runner.model_config.is_deepseek_mla:
         return "initialize_kv_cache_tensors_deepseek_mla"
     return "initialize_kv_cache_tensors"
+
+
+def kernel_block_sizes(runner: NPUModelRunner, kv_cache_config: KVCacheConfig) -> list[int]:
+    """Each KV cache group's kernel block size as stock 0.30 ``initialize_kv_cache`` computes it
+    (vLLM's ``prepare_kernel_block_sizes`` over the runner's attention groups: the common
+    supported kernel block size of the group's backends, 128 for Ascend attention; a Mamba
+    group's own block size)."""
+    from vllm.v1.worker.utils import prepare_kernel_block_sizes  # noqa: PLC0415 (0.30+)
+
+    return prepare_kernel_block_sizes(kv_cache_config, runner.attn_groups)
+
+
+def stock_kwargs(runner: NPUModelRunner, kv_cache_config: KVCacheConfig) -> dict[str, Any]:
+    """The keyword arguments the release's ``initialize_kv_cache`` passes to the method
+    :func:`stock_initializer` names, besides the config: none up to 0.23; from 0.30
+    ``kernel_block_sizes`` (:func:`kernel_block_sizes`) and ``kv_cache_allocation_context=None``
+    (no sleep mode)."""
+    if RELEASE < (0, 30):
+        return {}
+    return {"kernel_block_sizes": kernel_block_sizes(runner, kv_cache_config), "kv_cache_allocation_context": None}
 
 
 # --------------------------------------------------------------------------------------------
@@ -361,6 +408,7 @@ def make_runner(
     trace: bool = False,
     device: str | torch.device = "cpu",
     mamba_layer: type | None = None,
+    paged_attention: bool = False,
 ) -> NPUModelRunner:
     """A real NPUModelRunner made with ``__new__`` carrying what the stock KV code reads.
 
@@ -379,6 +427,17 @@ def make_runner(
     ``trace=True`` returns a subclass instance that records the instance attributes read, in
     ``runner._reads``. ``mamba_layer``: the class of the Mamba-type layers and, through its
     ``get_attn_backend``, their backend (default: the release's gated delta net layer).
+
+    0.30: ``vllm_config`` is a real ``VllmConfig`` (:func:`_vllm_config_030`) and the runner
+    carries the ``ascend_config`` made from it; attention layers carry an ``impl`` (a bare
+    ``AscendAttentionBackendImpl`` with the spec's sliding window), which decides with the config
+    whether stock takes the paged-attention form of a full-attention layer
+    (``requires_contiguous_pa_kv_cache``: separate contiguous K and V) or the interleaved single
+    buffer. ``paged_attention=True`` sets what makes it true for unpadded full-attention layers:
+    cudagraph mode ``FULL_DECODE_ONLY`` and a non-empty ``pa_shape_list``; by default (cudagraph
+    mode ``FULL_AND_PIECEWISE``, no ``pa_shape_list``, as on a CPU config) it is false.
+    ``runner.kernel_block_sizes`` is set as stock ``initialize_kv_cache`` sets it before building
+    the cache (:func:`kernel_block_sizes`).
     """
     layer_specs = _layer_specs(kv_cache_config)
     kinds = {name: _kind_of(spec, attention_kind) for name, spec in layer_specs.items()}
@@ -415,6 +474,21 @@ def make_runner(
         compilation_config=compilation_config,
         additional_config=dict(additional_config or {}),
     )
+    ascend_config = None
+    if RELEASE >= (0, 30):
+        model_config.runner_type = "generate"  # requires_contiguous_pa_kv_cache: not "pooling"
+        model_config.hf_config = hf_text_config
+        for name, spec in layer_specs.items():
+            # stock's _get_layer_kv_cache_specs asks every layer (to find SFA indexer specs):
+            # the spec its config carries is what the layer emitted
+            forward_context[name].get_kv_cache_spec = lambda _vllm_config, spec=spec: spec
+            if kinds[name] == "attn":
+                forward_context[name].impl = _attention_impl(spec)
+        vllm_config, ascend_config = _vllm_config_030(
+            model_config, forward_context, transfer, quant_config, additional_config, paged_attention
+        )
+        compilation_config = vllm_config.compilation_config
+        assert assert_pa_form(vllm_config, forward_context, layer_specs, paged_attention)
 
     cls = _tracing_subclass(NPUModelRunner) if trace else NPUModelRunner
     runner = cls.__new__(cls)
@@ -438,6 +512,10 @@ def make_runner(
         is_kv_consumer=bool(transfer is not None and transfer.is_kv_consumer),
         use_sparse_c8_indexer=False,
         shared_kv_cache_layers=shared,
+        # 0.30 (NPUModelRunner.__init__ / its properties): use_dcp is dcp_size > 1
+        ascend_config=ascend_config,
+        dcp_size=1,
+        sparse_kv_offload_enabled=False,
     )
     if use_sparse and hasattr(sparse_specs[0], "c8_k_cache_dtype"):
         # NPUModelRunner.__init__ derives these from the device; the specs carry the same values
@@ -453,7 +531,77 @@ def make_runner(
         object.__setattr__(runner, "_reads", set())
     for key, value in attrs.items():
         object.__setattr__(runner, key, value)
+    if RELEASE >= (0, 30):
+        # set by stock initialize_kv_cache before initialize_kv_cache_tensors
+        object.__setattr__(runner, "kernel_block_sizes", kernel_block_sizes(runner, kv_cache_config))
     return runner
+
+
+def _attention_impl(spec: KVCacheSpec) -> Any:
+    """A bare ``AscendAttentionBackendImpl`` (0.30) with what ``requires_contiguous_pa_kv_cache``
+    reads: its sliding window (the spec's)."""
+    from vllm_ascend.attention.attention_v1 import AscendAttentionBackendImpl  # noqa: PLC0415
+
+    impl = AscendAttentionBackendImpl.__new__(AscendAttentionBackendImpl)
+    impl.sliding_window = getattr(spec, "sliding_window", None)
+    return impl
+
+
+def _vllm_config_030(
+    model_config: Any,
+    forward_context: dict[str, nn.Module],
+    transfer: Any,
+    quant_config: Any,
+    additional_config: dict[str, Any] | None,
+    paged_attention: bool,
+) -> tuple[Any, Any]:
+    """A real ``VllmConfig`` for the 0.30 runner (its KV code calls vLLM and vllm-ascend helpers
+    that read real config objects: ``cache_config.get_resolved_kv_cache_layout()``,
+    ``compilation_config.cudagraph_mode``, ``get_layers_from_vllm_config``), on the CPU device
+    (the platform's default device string ``npu`` is unknown to CPU torch), KV cache layout
+    ``LBNHC`` as in :func:`build_kv_cache_config`; ``model_config`` is the stand-in namespace.
+    Returns it with the ``AscendConfig`` ``init_ascend_config`` makes of it (also the process's
+    current one, which ``using_paged_attention`` reads)."""
+    from vllm.config import CompilationConfig, DeviceConfig, VllmConfig  # noqa: PLC0415
+    from vllm.config.compilation import CUDAGraphMode  # noqa: PLC0415
+    from vllm_ascend.ascend_config import init_ascend_config  # noqa: PLC0415
+
+    extra = dict(additional_config or {})
+    if paged_attention:
+        extra.setdefault("pa_shape_list", [1, 2, 4, 8])
+    vllm_config = VllmConfig(
+        device_config=DeviceConfig(device="cpu"),
+        compilation_config=CompilationConfig(
+            cudagraph_mode=CUDAGraphMode.FULL_DECODE_ONLY if paged_attention else CUDAGraphMode.FULL_AND_PIECEWISE
+        ),
+        additional_config=extra,
+    )
+    # set after validation: VllmConfig checks the connector name against vLLM's connector
+    # registry, which vllm-ascend's connectors (Mooncake...) join only in a worker process
+    object.__setattr__(vllm_config, "kv_transfer_config", transfer)
+    vllm_config.cache_config.kv_cache_layout = KV_CACHE_LAYOUT_030
+    vllm_config.compilation_config.static_forward_context = forward_context
+    ascend_config = init_ascend_config(vllm_config)  # before the stand-in model config (it reads a real one's fields)
+    object.__setattr__(vllm_config, "model_config", model_config)
+    object.__setattr__(vllm_config, "quant_config", quant_config)
+    return vllm_config, ascend_config
+
+
+def assert_pa_form(vllm_config: Any, forward_context: dict, layer_specs: dict, paged_attention: bool) -> bool:
+    """(0.30) ``requires_contiguous_pa_kv_cache`` is ``paged_attention`` for every unpadded
+    ``FullAttentionSpec`` layer with an Ascend attention impl, False for the others."""
+    from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache  # noqa: PLC0415
+
+    for name, spec in layer_specs.items():
+        expected = (
+            paged_attention
+            and type(spec) is FullAttentionSpec
+            and getattr(forward_context[name], "impl", None) is not None
+            and spec.page_size_bytes == spec.real_page_size_bytes
+        )
+        if requires_contiguous_pa_kv_cache(forward_context[name], vllm_config, spec) != expected:
+            raise AssertionError(f"{name}: requires_contiguous_pa_kv_cache is not {expected}")
+    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -514,6 +662,8 @@ def build_kv_cache_config(
         speculative_config=None,
         max_concurrent_batches=1,  # read by vllm-ascend's patched SWA max_memory_usage_bytes
     )
+    if RELEASE >= (0, 30):
+        vllm_config = _planner_config_030(vllm_config)
     registry = _first("vllm.v1.kv_cache_spec_registry:KVCacheSpecRegistry")  # vLLM 0.23+
     specs = dict(specs)  # get_kv_cache_groups may rewrite entries in place
     if registry is not None:
@@ -527,6 +677,26 @@ def build_kv_cache_config(
         config = get_kv_cache_config_from_groups(vllm_config, groups, memory)
     assert available_memory or config.num_blocks == num_blocks, config.num_blocks
     return config
+
+
+#: The KV cache layout 0.30 configs are planned and built for: vLLM's default preference (the
+#: Ascend backends declare no layouts), layer- and block-compact (stock's hybrid backing needs it).
+KV_CACHE_LAYOUT_030 = "LBNHC"
+
+
+def _planner_config_030(plan: Any) -> Any:
+    """The real ``VllmConfig`` vLLM 0.30's planner (as vllm-ascend 0.30 patches it) needs, with the
+    fields of ``plan`` (the namespace the earlier releases plan with): its ``attention_config``,
+    ``cache_config.get_resolved_kv_cache_layout()`` and ``prefix_cache_retention_interval``."""
+    from vllm.config import DeviceConfig, VllmConfig  # noqa: PLC0415
+
+    vllm_config = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    vllm_config.cache_config.kv_cache_layout = KV_CACHE_LAYOUT_030
+    vllm_config.cache_config.num_gpu_blocks_override = plan.cache_config.num_gpu_blocks_override
+    vllm_config.cache_config.mamba_cache_mode = plan.cache_config.mamba_cache_mode
+    vllm_config.scheduler_config.max_num_batched_tokens = plan.scheduler_config.max_num_batched_tokens
+    object.__setattr__(vllm_config, "model_config", plan.model_config)
+    return vllm_config
 
 
 ChunkedLocalAttentionSpec = _first("vllm.v1.kv_cache_interface:ChunkedLocalAttentionSpec")
@@ -978,7 +1148,10 @@ def mamba_hybrid(
     )
     sizing = installed_plugin_sizing() if plugin_sizing else contextlib.nullcontext()
     with sizing:
-        HybridAttentionMambaModelConfig.verify_and_update_config(vllm_config)
+        if RELEASE >= (0, 30):
+            _align_hybrid_block_size_030(vllm_config)
+        else:
+            HybridAttentionMambaModelConfig.verify_and_update_config(vllm_config)
         shapes = model_cls.get_mamba_state_shape_from_config(vllm_config)
         dtypes = model_cls.get_mamba_state_dtype_from_config(vllm_config)
     mamba_spec = _spec(
@@ -1012,6 +1185,23 @@ def mamba_hybrid(
             "mamba_dtypes": tuple(dtypes),
         },
     )
+
+def _align_hybrid_block_size_030(vllm_config: Any) -> None:
+    """0.30's hybrid sizing: vLLM's ``Platform._align_hybrid_block_size`` with the Ascend attention
+    backend (vllm-ascend 0.30 overrides it only for MLA + C8 + index kpool), after the platform's
+    default block size (128) where the user set none: attention block = align * cdiv(Mamba page,
+    align * attention bytes per token), align = max(min kernel block size 128, block size); the
+    Mamba page padded to the attention page. No K page == ssm page rule (0.18 - 0.23)."""
+    from vllm.platforms import current_platform  # noqa: PLC0415
+
+    cache_config = vllm_config.cache_config
+    if cache_config.block_size is None:
+        cache_config.block_size = 128
+    cache_config.user_specified_mamba_block_size = False
+    cache_config.kv_cache_dtype_skip_layers = []
+    vllm_config.model_config.is_hybrid = True
+    current_platform._align_hybrid_block_size(vllm_config, AscendAttentionBackend)
+
 
 def qwen35_style(tp: int = 1, num_blocks: int = 4, **kwargs: Any) -> ModelKV:
     """A Qwen3.5-style hybrid as a Qwen3-Next config (vLLM 0.11 / 0.13 have no Qwen3.5 model

@@ -56,11 +56,13 @@ RELEASES = ("0.11.0", "0.13.0", "0.18.0", "0.23.0")
 
 def plugin_init(runner, config):
     stock = patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))
-    return AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config))
+    config = copy.deepcopy(config)
+    return AscendAdapter().initialize_kv_cache_tensors(stock, runner, config, **rf.stock_kwargs(runner, config))
 
 
 def stock_init(runner, config):
-    return patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))(runner, copy.deepcopy(config))
+    config = copy.deepcopy(config)
+    return patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))(runner, config, **rf.stock_kwargs(runner, config))
 
 
 def allocated(kv_caches: dict) -> int:
