@@ -39,6 +39,15 @@ REFUSED_SPEC_CLASSES: dict[str, str] = {
     "HiSparseHotSpec": "HiSparse device pool: laid out by vLLM's hisparse binding, not by KV cache tensors",
     "HiSparseResidentSpec": "HiSparse host-resident pool: laid out by vLLM's hisparse binding",
     "TQFullAttentionSpec": "TurboQuant packed K/V slots: no layout is defined for its packed page",
+    "AscendSFAIndexerCacheSpec": (
+        "vllm-ascend 0.30's SFA indexer layer cache (a layer of its own beside the MLA layer: (k,) or "
+        "(k, scale) co-allocated): no strategy builds it yet"
+    ),
+    "AscendIndexerKPoolTailSpec": (
+        "GLM-5-next's indexer kpool tail (vllm-ascend 0.30): a per-request circular fp32 tail inside a "
+        "page-strided buffer, not paged blocks"
+    ),
+    "AscendCircularBufferSpec": "DeepSeek V4.1's ring buffer (vllm-ascend 0.30, A5): a per-request ring, not paged blocks",
 }
 
 #: Classes that are not a layer's spec (wrappers and abstract bases).
