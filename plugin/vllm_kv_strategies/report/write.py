@@ -153,11 +153,12 @@ def build_report(
     if plan is not None:
         built = {name: lp.spec for name, lp in plan.layers.items()}
         per_strategy = dict(plan.strategy_counts())
-        tensors = plan.tensors
     else:
         built = {name: spec for name, (_, spec) in layer_specs.items() if name in kv_caches}
         per_strategy = {}
-        tensors = list(config.kv_cache_tensors)
+    # required: what vLLM's config plans (on vllm-ascend 0.30 the plan lays the strided tensors out
+    # per layer, as stock does; the config's own tensors say what was planned)
+    tensors = list(config.kv_cache_tensors)
     per_kind: dict[str, int] = {}
     for spec in built.values():
         kind = spec_kind(spec)
