@@ -5,7 +5,8 @@
 #
 # Usage: tools/test.sh [CELL ...] [-- PYTEST_ARGS ...]
 #   CELL  upstream-0.33.0, upstream-0.32.0, upstream-0.31.0, upstream-0.30.0, ascend-0.11.0,
-#         ascend-0.13.0, ascend-0.18.0, ascend-0.23.0 (tools/nox.sh -l lists them). Default: all.
+#         ascend-0.13.0, ascend-0.18.0, ascend-0.23.0, ascend-0.30.0 (tools/nox.sh -l lists them).
+#         Default: all.
 # Exits non-zero if any cell failed, could not be installed, or ran no test (pytest's exit
 # code 5 fails the cell).
 # Disk: each environment takes 1.9-3.7 GiB. Before a cell, when less than KV_TEST_CELL_DISK_GIB
@@ -16,7 +17,7 @@ NOX="$ROOT/tools/nox.sh"
 REPORTS=$ROOT/.nox/_reports
 CELLS=(); PYTEST_ARGS=()
 while [[ $# -gt 0 ]]; do
-  if [[ $1 == -h || $1 == --help ]]; then sed -n '2,12p' "$0" | cut -c3-; exit 0; fi
+  if [[ $1 == -h || $1 == --help ]]; then sed -n '2,13p' "$0" | cut -c3-; exit 0; fi
   if [[ $1 == -- ]]; then shift; PYTEST_ARGS=("$@"); break; fi
   CELLS+=("$1"); shift
 done

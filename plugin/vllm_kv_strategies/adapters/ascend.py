@@ -32,7 +32,8 @@ from ..compat import ascend as facts
 from ..compat.ascend_releases import code_mismatch
 from ..compat.matrix import Installed, release_before
 from ..errors import UnsupportedSpecError
-from ..layout.ascend import TensorLayout, buffer_slices, interleaved_kv_views, layer_views, plan_layout
+from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
+from ..layout.interleaved_kv import interleaved_kv_views
 from ..logger import PREFIX, warn_once
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily

@@ -60,7 +60,7 @@ class TensorLayout:
             blocks (:func:`states_in_kv_page`), else None.
         kv_interleaved: one attention layer's buffer with K and V interleaved
             per kernel block (vllm-ascend 0.30's plain full attention,
-            :func:`interleaved_kv_views`).
+            :func:`~vllm_kv_strategies.layout.interleaved_kv.interleaved_kv_views`).
     """
 
     tensor_id: int
@@ -306,26 +306,3 @@ def layer_views(
         views.append(view)
     return views
 
-
-def interleaved_kv_views(raw: Any, dtype: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:
-    """K and V of one attention layer whose buffer interleaves them per kernel
-    block: ``shape`` is the backend's ``(2, rows, *inner)`` (rows = num_blocks
-    x kernel blocks per block); kernel block i holds K then V, each
-    ``prod(inner)`` elements, so both views stride ``2 x prod(inner)``
-    elements per row and V starts ``prod(inner)`` elements after K. Mirrors
-    vllm-ascend 0.30's ``_reshape_kv_cache_tensors`` for its plain full
-    attention (and vLLM's Model Runner V2 block-first K/V views).
-
-    Raises:
-        KVCacheLayoutError: ``raw`` does not hold exactly ``prod(shape)``
-            elements of ``dtype``.
-    """
-    typed = raw.view(dtype)
-    if typed.numel() != math.prod(shape):
-        raise KVCacheLayoutError(
-            f"a buffer of {raw.numel()} bytes is not the {math.prod(shape)} x {dtype} elements of K|V {shape}"
-        )
-    hidden = math.prod(shape[2:])
-    inner = tuple(math.prod(shape[i + 1 :]) for i in range(2, len(shape)))
-    both = typed.as_strided(shape, (hidden, 2 * hidden, *inner), typed.storage_offset())
-    return both[0], both[1]

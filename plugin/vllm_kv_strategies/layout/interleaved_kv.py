@@ -1,0 +1,39 @@
+"""K and V interleaved per kernel block in one buffer: vllm-ascend 0.30's
+layout of a plain full-attention layer (``NPUModelRunner._reshape_kv_cache_tensors``
+where ``requires_contiguous_pa_kv_cache`` is false; vLLM's Model Runner V2
+exposes the same block-first K/V views). The buffer is one layer's
+``num_blocks x page`` bytes; :func:`~vllm_kv_strategies.layout.ascend.plan_layout`
+gives such a layer a :class:`~vllm_kv_strategies.layout.ascend.TensorLayout`
+with ``kv_interleaved``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import KVCacheLayoutError
+
+
+def interleaved_kv_views(raw: Any, dtype: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """K and V of one attention layer whose buffer interleaves them per kernel
+    block: ``shape`` is the backend's ``(2, rows, *inner)`` (rows = num_blocks
+    x kernel blocks per block); kernel block i holds K then V, each
+    ``prod(inner)`` elements, so both views stride ``2 x prod(inner)``
+    elements per row and V starts ``prod(inner)`` elements after K. Mirrors
+    vllm-ascend 0.30's ``_reshape_kv_cache_tensors`` for its plain full
+    attention (and vLLM's Model Runner V2 block-first K/V views).
+
+    Raises:
+        KVCacheLayoutError: ``raw`` does not hold exactly ``prod(shape)``
+            elements of ``dtype``.
+    """
+    typed = raw.view(dtype)
+    if typed.numel() != math.prod(shape):
+        raise KVCacheLayoutError(
+            f"a buffer of {raw.numel()} bytes is not the {math.prod(shape)} x {dtype} elements of K|V {shape}"
+        )
+    hidden = math.prod(shape[2:])
+    inner = tuple(math.prod(shape[i + 1 :]) for i in range(2, len(shape)))
+    both = typed.as_strided(shape, (hidden, 2 * hidden, *inner), typed.storage_offset())
+    return both[0], both[1]
