@@ -147,8 +147,13 @@ def layers_sharing_storage(kv_caches: dict) -> list[tuple[str, str]]:
 
 
 def storage_bytes_by_layer(kv_caches: dict) -> dict[str, list[int]]:
-    """layer -> the bytes of each storage its views use, in view order."""
-    return {name: [t.untyped_storage().nbytes() for t in value] for name, value in kv_caches.items()}
+    """layer -> the bytes of each distinct storage its views use, in order of first use (K and V
+    interleaved in one buffer: one entry)."""
+    out = {}
+    for name, value in kv_caches.items():
+        seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in value}
+        out[name] = list(seen.values())
+    return out
 
 
 def tensors_sharing_storage(kv_caches: dict, config: Any) -> list[tuple[int, int]]:
