@@ -47,6 +47,7 @@ logging.getLogger("vllm.kv_strategies").setLevel(logging.WARNING)  # no summary 
 
 from vllm_kv_strategies import patching  # noqa: E402
 from vllm_kv_strategies.adapters.ascend import AscendAdapter  # noqa: E402
+from vllm_kv_strategies.errors import UnsupportedSpecError  # noqa: E402
 from vllm_kv_strategies.report import build_report  # noqa: E402
 
 #: name -> build(num_blocks, plugin_sizing): plugin_sizing=True sizes the config as the front-end
@@ -60,24 +61,37 @@ MODELS = {
 
 
 def stock(runner, config):
-    """The stock initialisation this release's initialize_kv_cache would call."""
+    """The stock initialisation this release's initialize_kv_cache would call, with the arguments
+    it passes (0.30: kernel_block_sizes, kv_cache_allocation_context)."""
     name = rf.stock_initializer(runner)
-    return patching.original(rf.NPUModelRunner, name)(runner, config)
+    return patching.original(rf.NPUModelRunner, name)(runner, config, **rf.stock_kwargs(runner, config))
 
 
 def plugin(runner, config):
     stock_method = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
-    return AscendAdapter().initialize_kv_cache_tensors(stock_method, runner, config)
+    return AscendAdapter().initialize_kv_cache_tensors(stock_method, runner, config, **rf.stock_kwargs(runner, config))
 
 
 def measure(model, fn, transfer: bool) -> dict:
+    """The report's totals of one side. Where the strategies refuse the config by name
+    (vllm-ascend 0.30: hybrids, sparse MLA), the plugin side is ``{"refused": reason}`` (in
+    ``auto`` stock builds it) and stock's side is measured from its storages alone (no plan)."""
     runner = model.make_runner(kv_transfer=transfer)
     config = copy.deepcopy(model.kv_cache_config)
+    try:
+        plan = AscendAdapter().plan_runner(runner, copy.deepcopy(config)).plan
+    except UnsupportedSpecError as exc:
+        plan = None
+        if fn is plugin:
+            return {"refused": str(exc)[:300]}
     try:
         caches = fn(runner, config)
     except Exception as exc:  # stock fails on some configs of some releases
         return {"error": f"{type(exc).__name__}: {exc}"[:200]}
-    plan = AscendAdapter().plan_runner(runner, config).plan
+    if plan is None:
+        sizes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for v in caches.values() for t in v}
+        del caches
+        return {"bytes_allocated": sum(sizes.values()), "raw_buffers": len(sizes), "num_blocks": config.num_blocks}
     totals = build_report(plan, caches, strided=False)["totals"]
     del caches
     return totals
@@ -85,7 +99,15 @@ def measure(model, fn, transfer: bool) -> dict:
 
 def blocks_for(budget: int, build) -> int:
     probe = build(4)
-    per_block = sum(t.size for t in probe.kv_cache_config.kv_cache_tensors) // 4
+    tensors = probe.kv_cache_config.kv_cache_tensors
+    if any(hasattr(t, "layer_stride") for t in tensors):
+        # vLLM 0.30's strided form: a tensor's size is its whole backing, which several tensors
+        # (a hybrid's groups) may share; what one block costs is what stock allocates for it
+        caches = stock(probe.make_runner(), copy.deepcopy(probe.kv_cache_config))
+        sizes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for v in caches.values() for t in v}
+        per_block = sum(sizes.values()) // 4
+    else:
+        per_block = sum(t.size for t in tensors) // 4
     return max(1, budget // per_block)
 
 
@@ -124,13 +146,16 @@ def main() -> None:
             for side, (model, fn) in sides.items():
                 t = measure(model, fn, transfer)
                 row[side] = t
-                if "error" in t:
-                    print(f"| {name} | {transfer} | {side} | {t['error']} ||||||||")
+                if "error" in t or "refused" in t:
+                    print(f"| {name} | {transfer} | {side} | {t.get('error') or 'refused: ' + t['refused']} ||||||||")
+                    continue
+                if "bytes_required" not in t:  # stock's build of a config the strategies refuse
+                    print(f"| {name} | {transfer} | {side} | {t['bytes_allocated']:,} | - | - | - | {t['num_blocks']} | - | |")
                     continue
                 ratio = t["bytes_allocated"] / t["bytes_required"]
                 pad = t["alignment_padding"] / max(1, t["raw_buffers"])
                 over = ""
-                if side == "plugin" and "error" not in row["stock"]:
+                if side == "plugin" and "error" not in row["stock"] and "refused" not in t:
                     row["plugin_over_stock"] = t["bytes_allocated"] / row["stock"]["bytes_allocated"]
                     over = f"{row['plugin_over_stock']:.3f}"
                 print(f"| {name} | {transfer} | {side} | {t['bytes_allocated']:,} | {t['bytes_required']:,} | {ratio:.3f} | {pad:,.0f} | {t['num_blocks']} | {t['tokens']:,} | {over} |")
@@ -146,7 +171,12 @@ def main() -> None:
         except Exception as exc:
             s = float("nan")
             print(f"stock failed: {exc}")
-        p = init_time(model, plugin, repeats)
+        try:
+            p = init_time(model, plugin, repeats)
+        except UnsupportedSpecError as exc:  # vllm-ascend 0.30: refused by name, stock builds it
+            print(f"| {name} | {s * 1e3:.1f} | refused: {exc} | |")
+            results["init_time"].append({"model": name, "stock_s": s, "refused": str(exc)[:300], "repeats": repeats})
+            continue
         print(f"| {name} | {s * 1e3:.1f} | {p * 1e3:.1f} | {p / s:.2f} |")
         results["init_time"].append({"model": name, "stock_s": s, "plugin_s": p, "repeats": repeats})
     if args.json:

@@ -122,12 +122,46 @@ def blocks_of(kv_caches: dict, config: Any) -> dict[str, int]:
     }
 
 
+def tensor_layers(tensor: Any) -> list[str]:
+    """The layers a ``KVCacheTensor`` serves: ``shared_by`` up to vLLM 0.23, ``layers`` in vLLM
+    0.30's strided form."""
+    return list(tensor.shared_by) if hasattr(tensor, "shared_by") else list(tensor.layers)
+
+
+def strided(config: Any) -> bool:
+    """Whether the config's tensors are vLLM 0.30's strided form (``layer_stride``)."""
+    return any(hasattr(tensor, "layer_stride") for tensor in config.kv_cache_tensors)
+
+
+def layers_sharing_storage(kv_caches: dict) -> list[tuple[str, str]]:
+    """Pairs of layers (sorted) whose views share a storage: none where every layer owns its
+    buffers, as stock vllm-ascend 0.30 gives them outside hybrids."""
+    owner: dict[int, str] = {}
+    pairs = set()
+    for name in sorted(kv_caches):
+        for t in kv_caches[name]:
+            ptr = t.untyped_storage().data_ptr()
+            if owner.setdefault(ptr, name) != name:
+                pairs.add((owner[ptr], name))
+    return sorted(pairs)
+
+
+def storage_bytes_by_layer(kv_caches: dict) -> dict[str, list[int]]:
+    """layer -> the bytes of each distinct storage its views use, in order of first use (K and V
+    interleaved in one buffer: one entry)."""
+    out = {}
+    for name, value in kv_caches.items():
+        seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in value}
+        out[name] = list(seen.values())
+    return out
+
+
 def tensors_sharing_storage(kv_caches: dict, config: Any) -> list[tuple[int, int]]:
     """Pairs of ``KVCacheTensor`` indices whose layers view one storage (never allowed)."""
     owner: dict[int, int] = {}
     pairs = set()
     for tid, tensor in enumerate(config.kv_cache_tensors):
-        for layer in tensor.shared_by:
+        for layer in tensor_layers(tensor):
             for t in kv_caches.get(layer, ()):
                 ptr = t.untyped_storage().data_ptr()
                 if owner.setdefault(ptr, tid) != tid:

@@ -306,6 +306,8 @@ def _kind_of(spec: KVCacheSpec, attention_kind: str | None) -> str:
     FullAttentionSpec but are MLA layers with the sparse backend)."""
     if isinstance(spec, MambaSpec):
         return "mamba"
+    if type(spec).__name__ == "AscendSFAIndexerCacheSpec":  # 0.30: DeepSeek V3.2's indexer cache layer
+        return "indexer"
     if attention_kind is not None:
         return attention_kind
     if getattr(spec, "sparse_head_dim", None) is not None:
@@ -318,6 +320,10 @@ def _layer_for(
 ) -> nn.Module:
     if kind == "mamba":
         return _bare_layer(mamba_layer or GDNLayer, prefix=name)
+    if kind == "indexer":
+        from vllm.model_executor.models.deepseek_v2 import DeepseekV32IndexerCache  # noqa: PLC0415
+
+        return _bare_layer(DeepseekV32IndexerCache, prefix=name, head_dim=spec.head_size, dtype=spec.dtype)
     if kind in ("mla", "sfa"):
         sparse = getattr(spec, "sparse_head_dim", None)
         packed = getattr(spec, "cache_sparse_sfa_c8", False)  # sparse_head_dim[0] is the packed row
@@ -335,6 +341,10 @@ def _backend_for(kind: str, spec: KVCacheSpec, mamba_layer: type | None = None) 
         from vllm.v1.attention.backends.registry import get_mamba_attn_backend  # noqa: PLC0415 (0.23)
 
         return get_mamba_attn_backend(spec.mamba_type)
+    if kind == "indexer":
+        from vllm_ascend.attention.indexer import AscendSFAIndexerBackend  # noqa: PLC0415 (0.30)
+
+        return AscendSFAIndexerBackend
     return {"sfa": AscendSFABackend, "mla": AscendMLABackend}.get(kind, AscendAttentionBackend)
 
 
@@ -854,6 +864,24 @@ def deepseek_v32(
         assert not (li_c8 or sfa_c8), f"vllm-ascend {ASCEND_VERSION} has no sparse C8 cache"
         spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=576, dtype=BF16)
         specs = dict.fromkeys(layers, spec)
+        kwargs["attention_kind"] = "sfa"
+        return ModelKV("DeepSeek-V3.2-Exp", tp, build_kv_cache_config(specs, num_blocks), specs, kwargs)
+    if RELEASE >= (0, 30):
+        # 0.30: the main cache is an AscendMLAAttentionSpec of the latent alone (512 + 64), the
+        # indexer key a layer of its own (DeepseekV32IndexerCache at ``...self_attn.indexer.k_cache``)
+        # with an AscendSFAIndexerCacheSpec (1 head of index_head_dim 128), as
+        # NPUModelRunner.get_kv_cache_spec emits them.
+        assert not (li_c8 or sfa_c8) and rep == 1 and indexer_layers is None and li_c8_layers is None, (
+            "the 0.30 DeepSeek V3.2 builder has no C8, DCP-replicated or per-layer indexer variants"
+        )
+        from vllm_ascend.core.kv_cache_interface import AscendSFAIndexerCacheSpec  # noqa: PLC0415
+
+        main = AscendMLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=576, dtype=BF16, cache_dtype_str="auto")
+        indexer = AscendSFAIndexerCacheSpec(block_size=block_size, num_kv_heads=1, head_size=128, dtype=BF16, cache_dtype_str="auto")
+        specs = {}
+        for name in layers:
+            specs[name] = main
+            specs[name.replace(".attn", ".indexer.k_cache")] = indexer
         kwargs["attention_kind"] = "sfa"
         return ModelKV("DeepSeek-V3.2-Exp", tp, build_kv_cache_config(specs, num_blocks), specs, kwargs)
     fields = {f.name for f in dataclasses.fields(AscendMLAAttentionSpec)}

@@ -28,15 +28,24 @@ the cases in :data:`PLUGIN_BYTES` / :data:`STOCK_BYTES`, where the exact numbers
   nope 512 + rope 64 + indexer 128 = 704 of the 1152 reserved; 0.13 stock allocates the unused
   448 anyway (the indexer buffer is half the tensor), 0.11 stock and the plugin do not.
 * 0.11 MLA / sparse with transfer: stock pads each buffer by 2 Mi *elements* (4 MiB in bf16).
+
+0.30 (vLLM's strided ``KVCacheTensor``: ``layers``, no ``shared_by``): stock gives every layer
+private buffers, so where the plugin builds (:data:`STORAGES_030`) the check is that every layer
+owns its storages (no two layers share one), each of exactly the bytes stock allocates (+ 2 MiB
+with transfer, every raw buffer 2 MiB aligned), and the layout signature is stock's. Where it
+refuses by name (:data:`REFUSED_030`: the hybrids' one shared backing, DeepSeek V3.2's sparse
+attention and indexer caches), ``on`` raises ``UnsupportedSpecError`` naming the feature before
+anything is allocated or bound, and ``auto`` gives stock's build (exact bytes) with one warning.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 
 import pytest
 import runner_factory as rf
-from kv_compare import bound_cache, describe, storages
+from kv_compare import bound_cache, describe, layers_sharing_storage, layout_signature, storage_bytes_by_layer, storages
 from kv_compare import plugin_init as ours_init
 from kv_compare import stock_init
 
@@ -100,10 +109,124 @@ STOCK_BYTES = {
 }
 
 
+# 0.30 (vLLM's strided KVCacheTensor): stock gives every layer private buffers of num_blocks x
+# its page, except hybrids (every layer in one shared backing). N = 4 blocks.
+#: model -> (bytes of each storage of one layer (all layers alike), layers), where the plugin builds:
+#: Qwen3-8B 36 layers, K|V interleaved per kernel block in one buffer of 4 x 2 x 128 x heads x 128 x 2;
+#: DeepSeek-V3 61 layers, nope 4 x 128 x 512 x 2 and rope 4 x 128 x 64 x 2.
+STORAGES_030 = {
+    "qwen3-8b-tp1": ([2_097_152], 36),  # 8 KV heads
+    "qwen3-8b-tp4": ([524_288], 36),  # 2 KV heads
+    "deepseek-v3-tp1": ([524_288, 65_536], 61),
+    "deepseek-v3-tp4": ([524_288, 65_536], 61),
+}
+#: model -> (what the plugin names when it refuses, stock bytes without transfer, stock storages).
+REFUSED_030 = {
+    # 61 x (nope 524,288 + rope 65,536 + indexer key 4 x 128 x 128 x 2 = 131,072), each its own buffer
+    "deepseek-v3.2-tp1": (("sparse attention (SFA)", "SFA indexer caches"), 43_974_656, 183),
+    "deepseek-v3.2-tp4": (("sparse attention (SFA)", "SFA indexer caches"), 43_974_656, 183),
+    # one backing of 12 slots x 4 blocks x page (1,310,720 at TP1, 393,216 at TP4) for all 48 layers
+    "qwen3-next-tp1": (("a hybrid (Mamba + attention) shared backing",), 62_914_560, 1),
+    "qwen3-next-tp4": (("a hybrid (Mamba + attention) shared backing",), 18_874_368, 1),
+    # 2 slots x 4 blocks x 34,304 for its 8 layers
+    "t-hyb": (("a hybrid (Mamba + attention) shared backing",), 274_432, 1),
+}
+
+
+def _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table):
+    """0.30, a config the plugin does not build: in ``on`` UnsupportedSpecError naming the
+    feature before anything is allocated or bound; in ``auto`` stock's build, one warning."""
+    from vllm_kv_strategies.adapters import ascend as ascend_adapter
+    from vllm_kv_strategies.errors import UnsupportedSpecError
+
+    features, plain, buffers = REFUSED_030[name]
+    config = model.kv_cache_config
+    stock_runner = model.make_runner(kv_transfer=kv_transfer)
+    stock = stock_init(stock_runner, copy.deepcopy(config))
+    stock_bytes = sum(storages(stock).values())
+    assert len(storages(stock)) == buffers
+    assert stock_bytes == plain + (TRANSFER_ALIGNMENT * buffers if kv_transfer else 0)
+
+    allocated = []
+    real_allocate = ascend_adapter.allocate_bytes
+    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a, **k: allocated.append(a) or real_allocate(*a, **k))
+    on_runner = model.make_runner(kv_transfer=kv_transfer)
+    with pytest.raises(UnsupportedSpecError) as raised:
+        ours_init(on_runner, copy.deepcopy(config))
+    for feature in features:
+        assert feature in str(raised.value), (feature, str(raised.value))
+    assert allocated == [] and on_runner.kv_caches == []
+    assert all(m.kv_cache == [] for m in on_runner.compilation_config.static_forward_context.values())
+
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    before = len(kv_log.records)
+    auto_runner = model.make_runner(kv_transfer=kv_transfer)
+    ours = ours_init(auto_runner, copy.deepcopy(config))
+    warnings = [r.getMessage() for r in kv_log.records[before:] if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "falling back to stock KV cache for all layers" in warnings[0], warnings
+    assert all(feature in warnings[0] for feature in features), warnings[0]
+    assert allocated == []
+    assert layout_signature(ours) == layout_signature(stock)
+    assert len(auto_runner.kv_caches) == len(stock_runner.kv_caches)
+    bytes_table.append((name, kv_transfer, stock_bytes, sum(storages(ours).values()), plain))
+
+
+def _built_030(name, model, kv_transfer, bytes_table):
+    """0.30, a config the plugin builds: stock's views, every layer owning its storages (no two
+    layers share one), each storage of exactly stock's bytes."""
+    per_layer, num_layers = STORAGES_030[name]
+    config = model.kv_cache_config
+    stock_runner, ours_runner = model.make_runner(kv_transfer=kv_transfer), model.make_runner(kv_transfer=kv_transfer)
+    stock = stock_init(stock_runner, copy.deepcopy(config))
+    ours = ours_init(ours_runner, copy.deepcopy(config))
+
+    assert ours.keys() == stock.keys() and len(ours) == num_layers
+    for layer in stock:
+        assert [describe(t) for t in ours[layer]] == [describe(t) for t in stock[layer]], layer
+        assert all(t.shape[0] >= config.num_blocks for t in ours[layer])
+    assert layers_sharing_storage(stock) == [] and layers_sharing_storage(ours) == []
+    slack = TRANSFER_ALIGNMENT if kv_transfer else 0
+    expected = {layer: [n + slack for n in per_layer] for layer in stock}
+    assert storage_bytes_by_layer(stock) == expected
+    assert storage_bytes_by_layer(ours) == expected
+    assert layout_signature(ours) == layout_signature(stock)
+
+    plain = num_layers * sum(per_layer)
+    buffers = num_layers * len(per_layer)
+    ours_bytes, stock_bytes = sum(storages(ours).values()), sum(storages(stock).values())
+    assert ours_bytes == stock_bytes == plain + slack * buffers
+    if kv_transfer:
+        stock_allocate = patching.original(rf.NPUModelRunner, "_allocate_kv_cache_tensors")
+        raw = AscendAdapter().allocate_kv_cache_tensors(stock_allocate, ours_runner, copy.deepcopy(config))
+        starts = [buf.data_ptr() for value in raw.values() for buf in (value if isinstance(value, tuple) else (value,))]
+        assert len(starts) == buffers and all(start % TRANSFER_ALIGNMENT == 0 for start in starts)
+
+    stock_modules = stock_runner.compilation_config.static_forward_context
+    for layer, module in ours_runner.compilation_config.static_forward_context.items():
+        if layer in ours:
+            assert bound_cache(module.kv_cache, stock_modules[layer].kv_cache, stock[layer]) is ours[layer], layer
+    assert len(ours_runner.kv_caches) == len(stock_runner.kv_caches) == num_layers
+
+    plan = AscendAdapter().plan_runner(ours_runner, config).plan
+    t_ours = build_report(plan, ours, strided=False)["totals"]
+    t_stock = build_report(plan, stock, strided=False)["totals"]
+    assert t_ours["bytes_required"] == plain
+    assert t_ours["bytes_allocated"] == ours_bytes and t_stock["bytes_allocated"] == stock_bytes
+    assert (t_ours["num_blocks"], t_ours["tokens"]) == (t_stock["num_blocks"], t_stock["tokens"])
+    assert t_ours["duplicated_bytes"] == 0
+    assert t_ours["alignment_padding"] == slack * t_ours["raw_buffers"]
+    bytes_table.append((name, kv_transfer, stock_bytes, ours_bytes, plain))
+
+
 @pytest.mark.parametrize("kv_transfer", [False, True], ids=["plain", "kv_transfer"])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_plugin_equals_stock(name, kv_transfer, bytes_table):
+def test_plugin_equals_stock(name, kv_transfer, bytes_table, monkeypatch, kv_log):
     model = MODELS[name]()
+    if R >= (0, 30):
+        assert name in STORAGES_030 or name in REFUSED_030, f"{name}: no 0.30 expectation"
+        if name in REFUSED_030:
+            return _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table)
+        return _built_030(name, model, kv_transfer, bytes_table)
     config = model.kv_cache_config
     stock_runner, ours_runner = model.make_runner(kv_transfer=kv_transfer), model.make_runner(kv_transfer=kv_transfer)
     stock = stock_init(stock_runner, copy.deepcopy(config))

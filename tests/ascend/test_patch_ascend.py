@@ -74,9 +74,11 @@ def test_auto_patches_npu_runner_and_unpatch_restores_identity(monkeypatch, orig
 
 
 @pytest.mark.skipif(rf.RELEASE < (0, 13), reason="vllm-ascend 0.11 has no _allocate / _reshape halves")
-def test_callers_of_each_half_get_the_strategies_result(monkeypatch, originals):
+def test_callers_of_each_half_get_the_strategies_result(monkeypatch, originals, kv_log):
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     vllm_kv_strategies.register()
+    if rf.RELEASE >= (0, 30):
+        return _halves_030(monkeypatch, kv_log)
     model = rf.t_hyb_toy()
     runner = model.make_runner()
     config = copy.deepcopy(model.kv_cache_config)
@@ -92,6 +94,52 @@ def test_callers_of_each_half_get_the_strategies_result(monkeypatch, originals):
     assert len({raws[n].data_ptr() for n in raws}) == len(config.kv_cache_tensors)
     assert not any(isinstance(raw, tuple) for raw in raws.values())
     assert runner.hybrid_with_attn_and_mamba is True
+
+
+def _halves_030(monkeypatch, kv_log):
+    """0.30 (halves called as its initialize_kv_cache_tensors calls them, with the kernel block
+    sizes): on a config the strategies build (2 dense layers, K|V interleaved, and DeepSeek-V3's
+    nope / rope), the plugin plans every call (no warning) and each layer gets private raw
+    buffers, as stock; on T-HYB, which they refuse by name (a hybrid's shared backing), auto
+    gives stock's halves: one raw backing for every layer, hybrid flag set, one warning."""
+    planned = []
+    real_plan = AscendAdapter.plan_runner
+    monkeypatch.setattr(AscendAdapter, "plan_runner", lambda self, *a, **k: planned.append(a[0]) or real_plan(self, *a, **k))
+    built = [
+        (rf.gqa_model("dense", num_blocks=4, num_layers=2, num_kv_heads=2, head_dim=64), [1, 1], 4 * 2 * 128 * 2 * 64 * 2),
+        (rf.deepseek_v3(num_blocks=4, num_layers=2), [2, 2], 4 * 128 * 576 * 2),
+    ]
+    for model, raws_per_layer, layer_bytes in built:
+        runner = model.make_runner()
+        config = copy.deepcopy(model.kv_cache_config)
+        raws = runner._allocate_kv_cache_tensors(config)
+        caches = runner._reshape_kv_cache_tensors(config, raws, rf.kernel_block_sizes(runner, config))
+        whole = model.make_runner().initialize_kv_cache_tensors(copy.deepcopy(model.kv_cache_config), **rf.stock_kwargs(runner, config))
+        assert planned.count(runner) == 2, model.name  # both halves planned by the strategies
+        assert caches.keys() == whole.keys() == raws.keys()
+        for name in caches:
+            assert [(tuple(t.shape), t.stride()) for t in caches[name]] == [(tuple(t.shape), t.stride()) for t in whole[name]]
+        buffers = {name: raw if isinstance(raw, tuple) else (raw,) for name, raw in raws.items()}
+        assert [len(b) for b in buffers.values()] == raws_per_layer
+        assert sum(b.numel() for bs in buffers.values() for b in bs) == 2 * layer_bytes
+        assert len({b.data_ptr() for bs in buffers.values() for b in bs}) == sum(raws_per_layer)
+        assert runner.hybrid_with_attn_and_mamba is False
+    assert not [r for r in kv_log.records if r.levelno >= logging.WARNING]
+
+    model = rf.t_hyb_toy()
+    runner = model.make_runner()
+    config = copy.deepcopy(model.kv_cache_config)
+    raws = runner._allocate_kv_cache_tensors(config)
+    caches = runner._reshape_kv_cache_tensors(config, raws, rf.kernel_block_sizes(runner, config))
+    whole = model.make_runner().initialize_kv_cache_tensors(copy.deepcopy(model.kv_cache_config), **rf.stock_kwargs(runner, config))
+    assert caches.keys() == whole.keys()
+    for name in caches:
+        assert [(tuple(t.shape), t.stride()) for t in caches[name]] == [(tuple(t.shape), t.stride()) for t in whole[name]]
+    assert len({t.untyped_storage().data_ptr() for v in caches.values() for t in v}) == 1  # stock's one backing
+    assert {t.untyped_storage().nbytes() for v in caches.values() for t in v} == {274_432}
+    assert runner.hybrid_with_attn_and_mamba is True
+    warnings = {r.getMessage() for r in kv_log.records if r.levelno >= logging.WARNING}
+    assert len(warnings) == 1 and "a hybrid (Mamba + attention) shared backing" in warnings.pop()
 
 
 @pytest.mark.skipif(rf.RELEASE >= (0, 13), reason="vllm-ascend 0.11's three initialisations")

@@ -50,6 +50,13 @@ def test_deepseek_v32_spec_form():
         assert R < (0, 18)
         assert type(spec) is FullAttentionSpec and (spec.num_kv_heads, spec.head_size) == (1, 576)
         assert spec.page_size_bytes == 2 * 128 * 576 * 2 == 294_912
+    elif R >= (0, 30):  # the latent alone; the indexer key is a layer of its own
+        assert type(spec) is rf.AscendMLAAttentionSpec and (spec.num_kv_heads, spec.head_size) == (1, 576)
+        assert spec.page_size_bytes == 128 * 576 * 2 == 147_456
+        indexer = rf.deepseek_v32().specs["model.layers.0.self_attn.indexer.k_cache"]
+        assert type(indexer).__name__ == "AscendSFAIndexerCacheSpec"
+        assert (indexer.num_kv_heads, indexer.head_size, indexer.dtype) == (1, 128, torch.bfloat16)
+        assert indexer.page_size_bytes == 128 * 128 * 2 == 32_768
     else:
         assert R >= (0, 18)
         assert tuple(spec.sparse_head_dim) == (512, 64, 128) and spec.head_size == 704
@@ -62,11 +69,12 @@ def test_qwen3_next_sizing(tp):
     attn, mamba = mk.specs["model.layers.3.self_attn.attn"], mk.specs["model.layers.0.linear_attn"]
     conv, ssm = 3 * 8192 // tp * 2, 32 // tp * 128 * 128 * 2  # bytes per block
     k_per_token = 256 * max(1, 2 // tp) * 2
-    if R >= (0, 18):  # K page == ssm page; padded page = 2 K pages + conv, on both specs
+    if (0, 18) <= R < (0, 30):  # K page == ssm page; padded page = 2 K pages + conv, on both specs
         assert attn.block_size * k_per_token == ssm
         assert mamba.page_size_bytes == attn.page_size_bytes == 2 * ssm + conv
         expected = {1: (1024, 2_146_304), 4: (512, 536_576)}[tp]
-    else:  # block a multiple of 128 with K+V page >= Mamba page; Mamba padded to it
+    else:  # block a multiple of 128 with K+V page >= Mamba page; Mamba padded to it (0.30: vLLM's
+        # _align_hybrid_block_size: the smallest such multiple)
         assert attn.block_size % 128 == 0 and 2 * attn.block_size * k_per_token >= conv + ssm
         assert mamba.page_size_bytes == attn.page_size_bytes == 2 * attn.block_size * k_per_token
         expected = {1: (640, 1_310_720), 4: (384, 393_216)}[tp]
@@ -74,8 +82,16 @@ def test_qwen3_next_sizing(tp):
     assert mk.notes["mamba_shapes"] == ((3, 8192 // tp), (32 // tp, 128, 128))
     assert mk.notes["mamba_dtypes"] == (torch.bfloat16, torch.bfloat16)
     assert [len(g.layer_names) for g in mk.kv_cache_config.kv_cache_groups] == [12, 12, 12, 12]
-    assert all(t.size == 4 * expected[1] for t in mk.kv_cache_config.kv_cache_tensors)
-    assert mk.kv_cache_config.kv_cache_tensors[0].shared_by == [
+    tensors = mk.kv_cache_config.kv_cache_tensors
+    if R >= (0, 30):  # strided: 4 tensors (groups) of 12 layers over one backing of 12 slots of 4 pages
+        assert [(t.size, t.offset, t.layer_stride, t.block_stride) for t in tensors] == [
+            (12 * 4 * expected[1], 0, 4 * expected[1], expected[1])
+        ] * 4
+        assert tensors[0].layers == [f"model.layers.{i}.self_attn.attn" for i in range(3, 48, 4)]
+        assert tensors[1].layers == [f"model.layers.{i}.linear_attn" for i in range(0, 48, 4)]
+        return
+    assert all(t.size == 4 * expected[1] for t in tensors)
+    assert tensors[0].shared_by == [
         "model.layers.3.self_attn.attn",
         "model.layers.0.linear_attn",
         "model.layers.1.linear_attn",
