@@ -38,6 +38,7 @@ from typing import Any, Callable
 import pytest
 import torch
 import runner_factory as rf
+import factory_030
 from test_compare_stock import ours_init, stock_init
 
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
@@ -58,9 +59,9 @@ SPARSE_030 = (
     "strategies.REFUSED_SPEC_CLASSES); stock builds it"
 )
 FA_QUANT_030 = (
-    "vllm-ascend 0.30 has no quantization.modelslim_config (runner_factory.fa_quant_config builds "
-    "0.18-0.23's AscendModelSlimConfig) and enable_fa_quant reads cache_config.cache_dtype fp8/int8 "
-    "and quant_config.enable_fa_quant: 0.18-0.23's FA-quant form does not exist there"
+    "runner_factory.fa_quant_config imports quantization.modelslim_config, which vllm-ascend 0.30 moved to "
+    "quantization.configs.modelslim_config, and 0.30's enable_fa_quant also needs cache_config.cache_dtype "
+    "int8/fp8: 0.30's FA-quant cases are test_fa_quant_030_* (factory_030.fa_quant_runner_030)"
 )
 NO_KV_CACHE_DTYPE_030 = (
     "vllm-ascend 0.30's AscendConfig rejects additional_config kv_cache_dtype (pydantic: unexpected "
@@ -337,6 +338,40 @@ def test_0_11_int8_mla_stays_refused():
         stock_init(mk.make_runner(**kwargs), copy.deepcopy(mk.kv_cache_config))
     with pytest.raises(UnsupportedSpecError, match="BSH"):
         ours_init(mk.make_runner(**kwargs), copy.deepcopy(mk.kv_cache_config))
+
+
+@pytest.mark.skipif(R < (0, 30), reason="vllm-ascend 0.30's FA-quant enabling (cache_dtype int8, configs.modelslim_config)")
+def test_fa_quant_030_equals_stock():
+    """A decode instance: int8 nope + bf16 rope per layer in buffers of their own, 61 x 4 x
+    (128 x 512 x 1 + 128 x 64 x 2) = 19,988,480 bytes + 2 MiB for each of the 122 buffers."""
+    mk = factory_030.fa_quant_model_030()
+    stock = stock_init(factory_030.fa_quant_runner_030(mk), copy.deepcopy(mk.kv_cache_config))
+    runner = factory_030.fa_quant_runner_030(mk)
+    ours = ours_init(runner, copy.deepcopy(mk.kv_cache_config))
+    assert layout_of(ours, False) == layout_of(stock, False)
+    assert [(tuple(t.shape), t.dtype) for t in ours["model.layers.0.self_attn.attn"]] == [
+        ((4, 128, 1, 512), I8), ((4, 128, 1, 64), BF16)
+    ]
+    expected = 19_988_480 + 122 * TRANSFER_ALIGNMENT
+    assert (sum(storages(ours).values()), len(storages(ours))) == (expected, 122)
+    assert (sum(storages(stock).values()), len(storages(stock))) == (expected, 122)
+
+
+@pytest.mark.skipif(R < (0, 30), reason="vllm-ascend 0.30's FA-quant enabling (cache_dtype int8, configs.modelslim_config)")
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,  # DID NOT RAISE: the plugin builds
+    reason="plugin bug on vllm-ascend 0.30: FA quant enabled (consumer, cache_dtype int8) on an MLA layer whose "
+    "spec is the plain bf16 576 form: stock raises AssertionError (the [k, v] split does not fit the page) while "
+    "the plugin builds bf16 nope/rope instead of refusing as on 0.18-0.23 (fa_quant_refusal: on 0.30 "
+    "enable_fa_quant(vllm_config, layer) holds for the layer, so no refusal fires)",
+)
+def test_fa_quant_030_unquantised_spec_is_refused_where_stock_crashes():
+    mk = factory_030.fa_quant_model_030(num_layers=2, quantised_spec=False)
+    with pytest.raises(AssertionError):
+        stock_init(factory_030.fa_quant_runner_030(mk), copy.deepcopy(mk.kv_cache_config))
+    with pytest.raises(UnsupportedSpecError, match="FA quant"):
+        ours_init(factory_030.fa_quant_runner_030(mk), copy.deepcopy(mk.kv_cache_config))
 
 
 # -- A5 (vllm-ascend 0.23): fp8 C8 keys, fp32 scales, fp8 FA-quant nope on any role ------------
