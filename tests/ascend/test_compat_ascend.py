@@ -19,6 +19,9 @@ with exact numbers; pure translations are also checked for every release's value
 
 Also here: 0.11 stock cannot build sliding-window layers beside full attention (the plugin can),
 and the adapter's block-consistency rule for hybrid tensors on each release's sizing.
+
+On vllm-ascend 0.30 the hand-built configs are vLLM 0.30's strided form (``factory_030.kvt``);
+the cases 0.30 has no form of are skipped there with the reasons below.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ import pytest
 import torch
 import npu_stubs
 import runner_factory as rf
+import factory_030
+import kv_compare
+from factory_030 import kvt
 from vllm.config.kv_transfer import KVTransferConfig
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 
@@ -52,6 +58,26 @@ R = rf.RELEASE
 BF16 = torch.bfloat16
 A = "model.layers.{}.self_attn.attn".format
 RELEASES = ("0.11.0", "0.13.0", "0.18.0", "0.23.0")
+ON_030 = R >= (0, 30)
+#: Skip reasons on vllm-ascend 0.30 (one per reason).
+SPARSE_030 = (
+    "vllm-ascend 0.30 has no sparse_head_dim MLA spec (runner_factory.deepseek_v32 builds 0.18-0.23's): "
+    "the SFA indexer is AscendSFAIndexerCacheSpec on a layer of its own, and the plugin refuses sparse "
+    "attention by name (use_sparse: 'sparse attention (SFA)'); stock builds it"
+)
+HYBRID_030 = (
+    "vllm-ascend 0.30: a hybrid (Mamba + attention) config is one page-strided backing, which the plugin "
+    "refuses by name before allocating (stock builds it; test_public_cases.test_hybrid_backing_is_refused_by_name_030)"
+)
+NO_KV_CACHE_DTYPE_030 = (
+    "vllm-ascend 0.30's AscendConfig rejects additional_config kv_cache_dtype (pydantic: unexpected "
+    "keyword argument), so no 0.30 deployment carries it"
+)
+HYBRID_SIZING_030 = (
+    "vllm-ascend 0.30 has no hybrid page sizing of its own (vLLM 0.30's _align_hybrid_block_size sizes "
+    "hybrids) and no shared_by: the 0.11-0.23 sizings whose block consistency this checks do not exist "
+    "there, and the plugin refuses 0.30's hybrid backing by name"
+)
 
 
 def plugin_init(runner, config):
@@ -99,6 +125,15 @@ def test_mamba_states_interleaved_per_release(release):
 def test_mamba_layout_is_the_installed_stocks():
     """The translation agrees with what the release's own runner builds: Qwen3-Next TP4 conv /
     ssm views with dim-0 stride one (padded) page, or contiguous."""
+    if ON_030:  # a Mamba-only model: 0.30 hybrids are page-strided states in a shared backing (refused)
+        import stock_cases_030
+
+        mk = stock_cases_030.mamba()  # 8 blocks, conv (3, 256) + ssm (2, 64, 64) bf16
+        conv, ssm = stock_init(mk.make_runner(), mk.kv_cache_config)["model.layers.0.linear_attn"]
+        assert not facts.mamba_states_interleaved()
+        assert conv.is_contiguous() and ssm.is_contiguous()
+        assert ssm.data_ptr() - conv.data_ptr() == 8 * 3 * 256 * 2  # after all 8 conv states
+        return
     mk = rf.qwen3_next(tp=4)
     conv, ssm = stock_init(mk.make_runner(), mk.kv_cache_config)["model.layers.0.linear_attn"]
     page = mk.specs["model.layers.0.linear_attn"].page_size_bytes
@@ -149,7 +184,7 @@ def test_other_specs_are_left_alone(spec):
 def test_a_runner_without_use_sparse_keeps_legacy_shaped_layers_as_full_attention():
     """A DeepSeek-style model without an indexer may have a layer of the legacy sparse spec's
     shape; without the runner's use_sparse the adapter does not restate it: K and V."""
-    config = KVCacheConfig(8, [KVCacheTensor(2_359_296, [A(0)])], [KVCacheGroupSpec([A(0)], LEGACY)])
+    config = KVCacheConfig(8, [kvt(2_359_296, [A(0)], 8)], [KVCacheGroupSpec([A(0)], LEGACY)])
     runner = rf.make_runner(config, attention_kind="attn", model_type="deepseek_v3")
     assert not getattr(runner, "use_sparse", False)
     decided = AscendAdapter().plan_runner(runner, config)
@@ -170,9 +205,9 @@ def test_legacy_sparse_form_per_release(release):
 
 
 def test_normalize_legacy_specs_copies_only_when_needed():
-    config = KVCacheConfig(8, [KVCacheTensor(2_359_296, [A(0)])], [KVCacheGroupSpec([A(0)], LEGACY)])
+    config = KVCacheConfig(8, [kvt(2_359_296, [A(0)], 8)], [KVCacheGroupSpec([A(0)], LEGACY)])
     dims = lambda name: V32_DIMS  # noqa: E731
-    plain = KVCacheConfig(8, [KVCacheTensor(2_359_296, [A(0)])], [KVCacheGroupSpec([A(0)], FullAttentionSpec(
+    plain = KVCacheConfig(8, [kvt(2_359_296, [A(0)], 8)], [KVCacheGroupSpec([A(0)], FullAttentionSpec(
         block_size=128, num_kv_heads=8, head_size=128, dtype=BF16))])
     assert normalize_legacy_specs(plain, dims, facts.LEGACY_INDEX_HEAD_DIM) is plain
     out = normalize_legacy_specs(config, dims, facts.LEGACY_INDEX_HEAD_DIM)
@@ -222,7 +257,15 @@ def test_kernel_block_size_names():
 # -- format cast -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", ["qwen3_8b", "deepseek_v3", "deepseek_v32", "qwen3_next"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "qwen3_8b",
+        "deepseek_v3",
+        pytest.param("deepseek_v32", marks=pytest.mark.skipif(ON_030, reason=SPARSE_030)),
+        pytest.param("qwen3_next", marks=pytest.mark.skipif(ON_030, reason=HYBRID_030)),
+    ],
+)
 def test_format_cast_as_the_release_runner(model):
     """0.11 casts every attention view (not Mamba states) through _convert_torch_format
     (npu_format_cast, stubbed as identity); later releases cast nothing on A2."""
@@ -248,7 +291,8 @@ def test_fa_quant_probe():
     quant = SimpleNamespace(enable_fa_quant=True, is_fa_quant_layer=lambda name: True)
     consumer = KVTransferConfig(kv_connector="MooncakeConnectorV1", kv_role="kv_consumer")
     vllm_config = SimpleNamespace(quant_config=quant, kv_transfer_config=consumer)
-    assert facts.fa_quant_enabled(vllm_config) is (R >= (0, 18))
+    # 0.30's enable_fa_quant is false without an MLA model config (model_config.use_mla; cache_dtype fp8/int8)
+    assert facts.fa_quant_enabled(vllm_config) is ((0, 18) <= R < (0, 30))
     mk = rf.qwen3_8b()
     runner = mk.make_runner()
     runner.vllm_config.quant_config, runner.vllm_config.kv_transfer_config = quant, consumer
@@ -257,10 +301,11 @@ def test_fa_quant_probe():
     # 0.18+: the runner would split Qwen3's attention layers [k, 2v] for FA quant; stock raises
     # (tests/ascend/test_quant_ascend.py runs it); before 0.18 no release has FA quant
     reason = facts.stock_only_reason(runner, names)
-    assert (reason is not None and "non-MLA attention" in reason) is (R >= (0, 18))
+    assert (reason is not None and "non-MLA attention" in reason) is ((0, 18) <= R < (0, 30))
     assert facts.stock_only_reason(runner) is None  # no layer the quant config lists
 
 
+@pytest.mark.skipif(ON_030, reason=NO_KV_CACHE_DTYPE_030)
 def test_int8_bsh_layout_is_read_on_0_11_only():
     """vllm-ascend 0.11's ``additional_config={"kv_cache_dtype": "int8"}`` lays K/V out as BSH
     (the ``bsh_attention`` kind, tests/ascend/test_quant_ascend.py); later releases read no such key."""
@@ -288,6 +333,9 @@ def test_strategies_serve_vllms_own_mla_spec_class():
     assert default_registry().resolve(plain).name == "mla"
     if rf.AscendMLAAttentionSpec is not None:
         sub = rf.AscendMLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=BF16)
+        if "sparse_head_dim" not in rf.AscendMLAAttentionSpec.__dataclass_fields__:  # 0.30: SFA_030 above
+            assert default_registry().resolve(sub).name == "mla"
+            return
         sparse = rf.AscendMLAAttentionSpec(
             block_size=128, num_kv_heads=1, head_size=704, dtype=BF16, sparse_head_dim=(512, 64, 128)
         )
@@ -297,7 +345,9 @@ def test_strategies_serve_vllms_own_mla_spec_class():
 @pytest.mark.parametrize("flag", ["cache_sparse_c8", "cache_sparse_sfa_c8", "cache_sparse_li_c8"])
 def test_sparse_c8_flags_are_read_by_meaning_and_refused_by_the_plain_kinds(flag):
     fields = getattr(rf.AscendMLAAttentionSpec, "__dataclass_fields__", {})
-    if flag in fields:  # the release's own spec
+    # the release's own spec (0.30's AscendMLAAttentionSpec keeps cache_sparse_sfa_c8 but has no
+    # sparse_head_dim: SPARSE_030; the 0.18 / 0.23 form is checked as a namespace there)
+    if flag in fields and "sparse_head_dim" in fields:
         spec = rf.AscendMLAAttentionSpec(
             block_size=128, num_kv_heads=1, head_size=704, dtype=BF16, sparse_head_dim=(512, 64, 128), **{flag: True}
         )
@@ -328,6 +378,15 @@ def test_sliding_window_beside_full_attention():
     aliasing them: 8 buffers, 2,097,152 bytes. Later releases' stock builds the same."""
     mk = rf.sliding_window_beside_full()
     config = mk.kv_cache_config
+    if ON_030:  # no shared_by: each of the 8 layers private, as stock 0.30 (full: K|V interleaved; SWA: K, V)
+        _, stock, _, ours = factory_030.stock_and_plugin(config)
+        assert kv_compare.layout_signature(ours) == kv_compare.layout_signature(stock)
+        for i in range(8):
+            assert [(tuple(t.shape), t.dtype) for t in ours[A(i)]] == [((4, 128, 2, 128), BF16)] * 2
+        owners = [frozenset(t.untyped_storage().data_ptr() for t in v) for v in ours.values()]
+        assert sum(map(len, owners)) == len(frozenset().union(*owners)) == 12  # 4 full x 1 + 4 SWA x 2
+        assert allocated(ours) == allocated(stock) == 8 * 524_288
+        return
     assert [t.size for t in config.kv_cache_tensors] == [524_288] * 4
     ours = plugin_init(mk.make_runner(), config)
     for i in range(8):
@@ -359,6 +418,7 @@ def test_crosses_blocks():
     assert crosses_blocks((0, 16, 16), (0, 32, 16), n)  # different strides over the same bytes
 
 
+@pytest.mark.skipif(ON_030, reason=HYBRID_SIZING_030)
 def test_hybrid_tensors_share_one_buffer_only_on_block_consistent_sizing():
     """T-HYB on the release's sizing: 0.18+ (K page == ssm page, padded page 2A + conv) is
     block-consistent with state-after-state Mamba views; 0.11 / 0.13 sizing (attention page ==

@@ -26,6 +26,12 @@ contiguous K/V caches only, and at today's sizing no contiguous K/V places an ss
 the attention block of its own index. The issue's toy (Qwen3-Next TP4 as 0.13 sizes it, N = 2,
 budget 9,437,184) stays at today's layout, 18,874,368 (:func:`test_route_b_refused_at_todays_sizing`).
 
+On vllm-ascend 0.30 there is no hybrid sizing of vllm-ascend's own: vLLM 0.30's
+``Platform._align_hybrid_block_size`` sizes hybrids (attention block = 128 x cdiv(Mamba page,
+128 x K+V bytes per token), the Mamba page padded to the attention page: the numbers 0.11 / 0.13
+size to), the plugin installs no sizing, and it refuses 0.30's hybrid backing by name (stock
+builds it), so the layout tests of hybrids are skipped there (``HYBRID_030``).
+
 Expected numbers come from the research memo (notes/issue13.md) and were recomputed here with
 each release's own sizing and vLLM planner.
 """
@@ -62,6 +68,12 @@ needs_sizing = pytest.mark.skipif(
 )
 only_legacy_sizing = pytest.mark.skipif(
     not SIZED, reason="0.18+ never size the attention page to the padded Mamba page (page = 2 K pages + conv)"
+)
+#: Skip reason on vllm-ascend 0.30.
+HYBRID_030 = (
+    "vllm-ascend 0.30: a hybrid (Mamba + attention) config is one page-strided backing, which the plugin "
+    "refuses by name before allocating (unbuilt_layout_reason: 'a hybrid (Mamba + attention) shared "
+    "backing'; stock builds it), and 0.30 has no vllm-ascend hybrid sizing (vLLM's _align_hybrid_block_size)"
 )
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 MiB = 1 << 20
@@ -217,6 +229,9 @@ def test_sizing(model, tp, kv_log):
             ), line
         else:
             assert "already puts a K page on the ssm state" in line
+    elif R >= (0, 30):  # no patch; vLLM 0.30's _align_hybrid_block_size: 0.11 / 0.13's numbers
+        assert got(stock) == got(ours) == STOCK_SIZING_0_11_0_13[model, tp]
+        assert not [m for m in messages(kv_log) if "hybrid page sizing" in m]
     else:  # 0.18 / 0.23: no patch, their own K page == ssm sizing
         assert got(stock) == got(ours) == STOCK_SIZING_0_18[model, tp]
         assert not [m for m in messages(kv_log) if "hybrid page sizing" in m]
@@ -579,6 +594,7 @@ def kv_sized_hybrid(draw):
     )
 
 
+@pytest.mark.skipif(R >= (0, 30), reason=HYBRID_030)
 @settings(max_examples=40, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=kv_sized_hybrid())
 def test_random_kv_sized_hybrids_are_block_consistent_at_exactly_the_budget(case):
@@ -615,6 +631,7 @@ def test_random_kv_sized_hybrids_are_block_consistent_at_exactly_the_budget(case
     assert shared == len(hybrid_tensors) * case["num_blocks"] * (padded // 2 + conv_bytes)
 
 
+@pytest.mark.skipif(R >= (0, 30), reason=HYBRID_030)
 @settings(max_examples=15, deadline=None, derandomize=True, database=None)
 @given(heads=st.sampled_from((1, 2)), conv_channels=st.integers(64, 512), num_blocks=st.integers(1, 3))
 def test_random_hybrids_at_0_13_style_sizing_fall_back_consistently(heads, conv_channels, num_blocks):

@@ -6,6 +6,9 @@ values (N1 is in tests/unit/test_strategies.py, N2 and N5 in test_public_cases.p
 * N4: the KV cache config names layers this pipeline stage does not have. A named error
   (``ModelLayerMismatchError``, in ``auto`` too: stock fails on it after allocating) before
   any buffer is allocated, listing the layers the model lacks.
+
+On vllm-ascend 0.30 N3's model is dense (the plugin refuses 0.30's hybrid backing by name,
+stock builds it): 8 full-attention layers plus the MTP layer, each with private buffers.
 """
 
 from __future__ import annotations
@@ -31,6 +34,15 @@ def bound(module):
 
 
 def n3_model():
+    if rf.RELEASE >= (0, 30):  # the hybrid toy is refused by name on 0.30: 8 dense layers + MTP
+        spec = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16)
+        specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(8)}
+        specs[MTP] = spec
+        return rf.build_kv_cache_config(specs, 4, max_model_len=128)
+    return _n3_model_hybrid()
+
+
+def _n3_model_hybrid():
     """The T-HYB toy (6 Mamba + 2 attention layers) plus an MTP draft attention layer with
     the toy's attention spec (``FullAttentionSpec(128, 1, 64, bf16)``, padded as the release
     pads it), planned by vLLM; N = 4."""
@@ -55,6 +67,11 @@ def test_n3_an_mtp_layer_sharing_a_layer_index_stays_bound(monkeypatch):
     k, v = kv[MTP]
     assert (tuple(k.shape), k.dtype) == ((4, 128, 1, 64), BF16)
     assert all(kv[MTP] is not c for name, c in kv.items() if name != MTP)
+    if rf.RELEASE >= (0, 30):  # private: its K|V buffer (interleaved per kernel block) serves no other layer
+        assert k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+        others = {t.untyped_storage().data_ptr() for name, c in kv.items() if name != MTP for t in c}
+        assert k.untyped_storage().data_ptr() not in others
+        return
     tensor = next(t for t in config.kv_cache_tensors if MTP in t.shared_by)
     storages = {t.untyped_storage().data_ptr() for name in tensor.shared_by for t in kv[name]}
     assert {k.untyped_storage().data_ptr(), v.untyped_storage().data_ptr()} <= storages

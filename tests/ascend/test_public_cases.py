@@ -10,6 +10,11 @@ spec form a release cannot express are skipped there with the reason: T-HYB need
 test_compare_stock), K/V of different widths need ``head_size_v`` (0.18+), and
 ``sparse_head_dim`` needs vllm-ascend's MLA spec (0.18+; the 0.11 / 0.13 legacy
 sparse form is in test_compat_ascend).
+
+On vllm-ascend 0.30 the configs are vLLM 0.30's strided form (``factory_030.kvt``) and every
+layer gets private buffers (stock and the plugin): the cases about several layers sharing one
+tensor are skipped there with the reason, the others assert 0.30's layouts and compare them
+with stock's where stock builds them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ import pytest
 import torch
 import runner_factory as rf
 import dataclasses
+import factory_030
+import kv_compare
+from factory_030 import kvt
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
@@ -32,7 +40,7 @@ from vllm.v1.kv_cache_interface import (
 from vllm_kv_strategies import patching
 from vllm_kv_strategies.compat import ascend as facts
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
-from vllm_kv_strategies.errors import KVCacheLayoutError
+from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
 
 BF16, FP32 = torch.bfloat16, torch.float32
 MiB2 = TRANSFER_ALIGNMENT
@@ -44,6 +52,34 @@ needs_padded_attention = pytest.mark.skipif(
 needs_sparse_spec = pytest.mark.skipif(
     rf.LEGACY_SPARSE, reason="no sparse_head_dim MLA spec before vllm-ascend 0.18 (legacy form: test_compat_ascend)"
 )
+ON_030 = rf.RELEASE >= (0, 30)
+#: Skip reasons on vllm-ascend 0.30 (one per reason).
+NO_SHARED_BY_030 = (
+    "vllm-ascend 0.30: vLLM 0.30's KVCacheTensor has no shared_by: layers never share a tensor's "
+    "buffers, stock and the plugin give each layer private num_blocks x page buffers "
+    "(test_compare_stock checks that)"
+)
+HYBRID_REFUSED_030 = (
+    "vllm-ascend 0.30: a hybrid (Mamba + attention) config is one page-strided backing, which the "
+    "plugin refuses by name before allocating (stock builds it; test_hybrid_backing_is_refused_by_name_030)"
+)
+NO_SPARSE_HEAD_DIM_030 = (
+    "vllm-ascend 0.30's AscendMLAAttentionSpec has no sparse_head_dim: the SFA indexer is its own "
+    "layer's AscendSFAIndexerCacheSpec, refused by name (strategies.REFUSED_SPEC_CLASSES; "
+    "use_sparse: 'sparse attention (SFA)')"
+)
+LAYER_BYTES_FROM_PAGES_030 = (
+    "vllm-ascend 0.30: a layer's bytes are num_blocks x its own page (stock's "
+    "_allocate_kv_cache_tensors, the plugin's private_layer_config), not a share of the tensor's "
+    "size, so there is no tensor for a page to give too few blocks of"
+)
+NO_SMALL_BLOCKS_030 = (
+    "vllm-ascend 0.30: vLLM's prepare_kernel_block_sizes (stock initialize_kv_cache, before the KV "
+    "cache is built) raises 'No common block size for 16' for the Ascend attention backend's "
+    "128-token kernel blocks: no runner reaches initialize_kv_cache_tensors with such blocks"
+)
+skip_030 = lambda reason: pytest.mark.skipif(ON_030, reason=reason)  # noqa: E731
+
 #: The release's MLA spec class (vllm-ascend's from 0.18, vLLM's before).
 MLA_SPEC = rf.AscendMLAAttentionSpec or rf.MLAAttentionSpec
 
@@ -96,6 +132,7 @@ def t_hyb(tensors_reversed: bool = False) -> KVCacheConfig:
     return KVCacheConfig(num_blocks=4, kv_cache_tensors=tensors, kv_cache_groups=groups)
 
 
+@skip_030(HYBRID_REFUSED_030)
 @needs_padded_attention
 def test_c01_hybrid_tensor_allocated_once_and_shared():
     _, kv = init(t_hyb())
@@ -106,6 +143,7 @@ def test_c01_hybrid_tensor_allocated_once_and_shared():
     assert len(other) == 1 and other.isdisjoint(storages[0])
 
 
+@skip_030(HYBRID_REFUSED_030)
 @needs_padded_attention
 @pytest.mark.parametrize("reverse", [False, True], ids=["tensor-order", "reversed"])
 def test_c02_region_layout_and_block_consistent_aliasing(reverse):
@@ -123,6 +161,7 @@ def test_c02_region_layout_and_block_consistent_aliasing(reverse):
         assert k[j].data_ptr() == kv[L(0)][1][j].data_ptr()
 
 
+@skip_030(HYBRID_REFUSED_030)
 @needs_padded_attention
 def test_c02_unpadded_attention_page_is_refused_not_rounded():
     attn = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16)  # page 32768
@@ -137,7 +176,7 @@ def test_c03_mamba_states_with_mixed_dtypes_placed_by_bytes():
         block_size=128, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, FP32), mamba_type=GDN
     )
     assert spec.page_size_bytes == 34304
-    config = KVCacheConfig(4, [KVCacheTensor(137216, [L(0)])], [KVCacheGroupSpec([L(0)], spec)])
+    config = KVCacheConfig(4, [kvt(137216, [L(0)], 4)], [KVCacheGroupSpec([L(0)], spec)])
     _, kv = init(config)
     conv, ssm = kv[L(0)]
     if facts.mamba_states_interleaved():  # 0.11: block j of each state in page j (34304 bytes)
@@ -148,6 +187,9 @@ def test_c03_mamba_states_with_mixed_dtypes_placed_by_bytes():
         assert layout(ssm) == ((4, 2, 64, 64), FP32, 6144, 131072) and ssm.is_contiguous()
     assert ssm.data_ptr() % 4 == 0
     assert allocated(kv) == 137216
+    if ON_030:  # one buffer, state after state, as stock 0.30
+        _, stock, _, ours = factory_030.stock_and_plugin(config)
+        assert kv_compare.layout_signature(ours) == kv_compare.layout_signature(stock)
 
 
 @pytest.mark.parametrize("names", [("model.layers.0.attn.attn", "model.layers.1.attn.attn"), ("model.layers.0.attention.attn", "model.layers.1.foo")])
@@ -155,33 +197,55 @@ def test_c04_dispatch_by_spec_not_by_layer_name(names):
     spec = FullAttentionSpec(block_size=128, num_kv_heads=8, head_size=64, dtype=BF16)
     assert spec.page_size_bytes == 262144
     config = KVCacheConfig(
-        8, [KVCacheTensor(2097152, [names[0]]), KVCacheTensor(2097152, [names[1]])], [KVCacheGroupSpec(list(names), spec)]
+        8, [kvt(2097152, [names[0]], 8), kvt(2097152, [names[1]], 8)], [KVCacheGroupSpec(list(names), spec)]
     )
     _, kv = init(config)
     assert set(kv) == set(names)
     for name in names:
         assert [layout(t)[:2] + (layout(t)[3],) for t in kv[name]] == [((8, 128, 8, 64), BF16, 1048576)] * 2
     assert allocated(kv) == 4194304
+    if ON_030:  # K|V interleaved per 128-token kernel block in one buffer per layer, as stock 0.30
+        for name in names:
+            k, v = kv[name]
+            assert k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+            assert (k.stride(0), offset(k), offset(v)) == (131072, 0, 131072)
+        _, stock, _, ours = factory_030.stock_and_plugin(config)
+        assert kv_compare.layout_signature(ours) == kv_compare.layout_signature(stock)
 
 
 def test_c04_mamba_layer_named_mixer():
     spec = MambaSpec(
         block_size=128, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, FP32), mamba_type=GDN
     )
-    config = KVCacheConfig(4, [KVCacheTensor(137216, ["model.layers.2.mixer"])], [KVCacheGroupSpec(["model.layers.2.mixer"], spec)])
+    config = KVCacheConfig(4, [kvt(137216, ["model.layers.2.mixer"], 4)], [KVCacheGroupSpec(["model.layers.2.mixer"], spec)])
     _, kv = init(config)
     assert [layout(t)[0] for t in kv["model.layers.2.mixer"]] == [(4, 3, 256), (4, 2, 64, 64)]
+    if ON_030:  # stock 0.30 still picks Mamba layers by name ("linear_attn"), so it fails on this one
+        conv, ssm = kv["model.layers.2.mixer"]
+        assert (layout(conv), layout(ssm)) == (((4, 3, 256), BF16, 0, 6144), ((4, 2, 64, 64), FP32, 6144, 131072))
+        assert allocated(kv) == 137216
+        runner = rf.make_runner(config)
+        with pytest.raises(AssertionError, match="Some layers are not correctly initialized"):
+            kv_compare.stock_init(runner, config)
 
 
 @pytest.mark.parametrize("transfer", [True, False], ids=["kv_transfer", "plain"])
 def test_c05_prefill_decode_alignment(transfer):
     spec = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=BF16)
     assert spec.page_size_bytes == 65536
-    config = KVCacheConfig(10, [KVCacheTensor(655360, [A(0)])], [KVCacheGroupSpec([A(0)], spec)])
+    config = KVCacheConfig(10, [kvt(655360, [A(0)], 10)], [KVCacheGroupSpec([A(0)], spec)])
     _, kv = init(config, kv_transfer=transfer)
     k, v = kv[A(0)]
     for t in (k, v):
         assert (tuple(t.shape), t.dtype, t.numel() * 2) == ((10, 128, 1, 128), BF16, 327680)
+    if ON_030:  # one buffer, K|V interleaved per kernel block (V half a 65536-byte block after K)
+        assert k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+        assert k.stride(0) * 2 == 65536 and v.data_ptr() - k.data_ptr() == 32768
+        assert k.data_ptr() % MiB2 == 0 if transfer else True
+        assert allocated(kv) == 655360 + (MiB2 if transfer else 0)
+        _, stock, _, ours = factory_030.stock_and_plugin(config, kv_transfer=transfer)
+        assert kv_compare.layout_signature(ours) == kv_compare.layout_signature(stock)
+        return
     assert k.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
     if transfer:
         assert k.data_ptr() % MiB2 == 0 and v.data_ptr() % MiB2 == 0
@@ -190,11 +254,30 @@ def test_c05_prefill_decode_alignment(transfer):
         assert allocated(kv) == 655360
 
 
+@pytest.mark.skipif(not ON_030, reason="vllm-ascend 0.30's paged-attention form (separate K and V)")
+@pytest.mark.parametrize("transfer", [True, False], ids=["kv_transfer", "plain"])
+def test_c05_paged_attention_k_and_v_each_aligned_030(transfer):
+    spec = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=BF16)
+    config = KVCacheConfig(10, [kvt(655360, [A(0)], 10)], [KVCacheGroupSpec([A(0)], spec)])
+    _, kv = init(config, kv_transfer=transfer, paged_attention=True)
+    k, v = kv[A(0)]
+    for t in (k, v):
+        assert (tuple(t.shape), t.dtype, t.numel() * 2, t.is_contiguous()) == ((10, 128, 1, 128), BF16, 327680, True)
+    assert k.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
+    if transfer:
+        assert k.data_ptr() % MiB2 == 0 and v.data_ptr() % MiB2 == 0
+        assert allocated(kv) == 2 * (327680 + MiB2)
+    else:
+        assert allocated(kv) == 655360
+    _, stock, _, ours = factory_030.stock_and_plugin(config, kv_transfer=transfer, paged_attention=True)
+    assert kv_compare.layout_signature(ours) == kv_compare.layout_signature(stock)
+
+
 def test_c06_mla_latent_split_into_nope_and_rope():
     spec = MLA_SPEC(block_size=128, num_kv_heads=1, head_size=576, dtype=BF16)
     assert spec.page_size_bytes == 147456
     config = KVCacheConfig(
-        16, [KVCacheTensor(2359296, [A(0)]), KVCacheTensor(2359296, [A(1)])], [KVCacheGroupSpec([A(0), A(1)], spec)]
+        16, [kvt(2359296, [A(0)], 16), kvt(2359296, [A(1)], 16)], [KVCacheGroupSpec([A(0), A(1)], spec)]
     )
     _, kv = init(config, mla_dims=(512, 64))
     for name in (A(0), A(1)):
@@ -202,8 +285,14 @@ def test_c06_mla_latent_split_into_nope_and_rope():
         assert (tuple(nope.shape), nope.dtype, nope.numel() * 2) == ((16, 128, 1, 512), BF16, 2097152)
         assert (tuple(rope.shape), rope.dtype, rope.numel() * 2) == ((16, 128, 1, 64), BF16, 262144)
     assert allocated(kv) == 4718592
+    if ON_030:  # nope and rope in buffers of their own, as stock 0.30
+        nope, rope = kv[A(0)]
+        assert nope.untyped_storage().data_ptr() != rope.untyped_storage().data_ptr()
+        _, stock, _, ours = factory_030.stock_and_plugin(config, mla_dims=(512, 64))
+        assert kv_compare.layout_signature(ours) == kv_compare.layout_signature(stock)
 
 
+@skip_030(LAYER_BYTES_FROM_PAGES_030)
 def test_c06_kv_style_page_gives_too_few_blocks():
     kv_style = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=BF16)
     assert kv_style.page_size_bytes == 294912
@@ -218,6 +307,7 @@ def sparse_spec(block: int, split: tuple[int, int, int]):
     )
 
 
+@skip_030(NO_SPARSE_HEAD_DIM_030)
 @needs_sparse_spec
 def test_c07_sparse_mla_indexer_share():
     spec = sparse_spec(128, (512, 64, 128))
@@ -231,6 +321,7 @@ def test_c07_sparse_mla_indexer_share():
     assert allocated(kv) == 1441792
 
 
+@skip_030(NO_SPARSE_HEAD_DIM_030)
 @needs_sparse_spec
 def test_c08_sparse_layers_without_indexer_get_no_indexer_buffer():
     # 128-token blocks: two KV cache groups make the runner split blocks into its 128-token kernel blocks
@@ -251,6 +342,7 @@ def test_c08_sparse_layers_without_indexer_get_no_indexer_buffer():
     assert allocated(kv) == 360448 + 294912
 
 
+@skip_030(NO_SHARED_BY_030)
 def test_attention_layers_with_equal_bytes_per_part_share_a_tensor_each_in_its_own_shape():
     """What must match between layers aliasing a buffer is the bytes per block of each part,
     not the shape (N2 of never-worse-than-stock.md is the full-size case)."""
@@ -266,6 +358,7 @@ def test_attention_layers_with_equal_bytes_per_part_share_a_tensor_each_in_its_o
     assert allocated(kv) == 131072
 
 
+@skip_030(NO_SHARED_BY_030)
 def test_attention_layers_whose_parts_differ_in_bytes_cannot_share_a_tensor():
     """Different bytes per block would put block j of one layer over block k != j of the
     other; from 0.13 stock aliases them anyway, so it is an error in every mode there."""
@@ -282,6 +375,7 @@ def test_attention_layers_whose_parts_differ_in_bytes_cannot_share_a_tensor():
     assert A(0) in str(info.value) and A(1) in str(info.value) and "32768" in str(info.value)
 
 
+@skip_030(NO_SMALL_BLOCKS_030)
 def test_a_block_below_the_kernel_block_is_refused_before_allocating(monkeypatch):
     """N5 of never-worse-than-stock.md at small size: with two KV cache groups the runner views
     blocks in 128-token kernel blocks; 16-token blocks fit no such view."""
@@ -295,15 +389,29 @@ def test_a_block_below_the_kernel_block_is_refused_before_allocating(monkeypatch
         init(config)
 
 
+@pytest.mark.xfail(
+    ON_030, strict=True, raises=ValueError,
+    reason="plugin bug on vllm-ascend 0.30: private_layer_config raises 'layers served by no KV cache "
+    "tensor' for a runner-only layer (in a group, in no tensor: vLLM adds such layers after planning), "
+    "where stock 0.30 skips runner_only_attn_layers and builds the others",
+)
 def test_runner_only_and_kv_sharing_layers_get_no_buffer_of_their_own():
-    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)  # 4096
-    config = KVCacheConfig(2, [KVCacheTensor(8192, [A(0)])], [KVCacheGroupSpec([A(0), A(1)], spec)])
+    # 0.30: 128-token blocks (the Ascend backend's only kernel block size, see NO_SMALL_BLOCKS_030)
+    block = 128 if ON_030 else 16
+    spec = FullAttentionSpec(block_size=block, num_kv_heads=1, head_size=64, dtype=BF16)  # 256 bytes a token
+    config = KVCacheConfig(2, [kvt(2 * 256 * block, [A(0)], 2)], [KVCacheGroupSpec([A(0), A(1)], spec)])
     runner, kv = init(config, runner_only_attn_layers=[A(1)], shared_kv_cache_layers={A(2): A(0)})
     assert set(kv) == {A(0), A(2)}
     assert kv[A(2)] is kv[A(0)]
-    assert allocated(kv) == 8192
+    assert allocated(kv) == 2 * 256 * block
+    if ON_030:
+        _, stock, _, ours = factory_030.stock_and_plugin(
+            config, runner_only_attn_layers=[A(1)], shared_kv_cache_layers={A(2): A(0)}
+        )
+        assert kv_compare.layout_signature(ours) == kv_compare.layout_signature(stock)
 
 
+@skip_030(NO_SHARED_BY_030)
 def test_full_and_sliding_window_layers_of_different_groups_share_k_and_v():
     full = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16)
     swa = SlidingWindowSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16, sliding_window=64)
@@ -315,6 +423,7 @@ def test_full_and_sliding_window_layers_of_different_groups_share_k_and_v():
     assert allocated(kv) == 131072
 
 
+@skip_030("vllm-ascend 0.30 builds K and V of different widths in its own forms: test_k_and_v_of_different_widths_030")
 @pytest.mark.skipif("head_size_v" not in _ATTN_FIELDS, reason="no head_size_v before vLLM 0.18")
 def test_k_and_v_of_different_widths_split_exactly():
     # Stock splits the tensor with float factors (5/3 and 5/2 here) and loses a byte.
@@ -326,3 +435,37 @@ def test_k_and_v_of_different_widths_split_exactly():
     assert (tuple(k.shape), k.numel() * 2) == ((3, 128, 1, 192), 147456)
     assert (tuple(v.shape), v.numel() * 2) == ((3, 128, 1, 128), 98304)
     assert allocated(kv) == 245760
+
+
+@pytest.mark.skipif(not ON_030, reason="vllm-ascend 0.30's forms of K and V of different widths")
+def test_k_and_v_of_different_widths_030(monkeypatch):
+    """Stock 0.30 puts unequal K and V one after the other in one buffer where it would interleave
+    them (not PA); the plugin does not build that form and refuses it, naming the head sizes,
+    before allocating. Under paged attention stock asserts; the plugin builds private K and V."""
+    spec = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=192, head_size_v=128, dtype=BF16)
+    config = KVCacheConfig(3, [kvt(245760, [A(0)], 3)], [KVCacheGroupSpec([A(0)], spec)])
+    stock = kv_compare.stock_init(rf.make_runner(config), config)
+    k, v = stock[A(0)]
+    assert (layout(k), layout(v)) == (((3, 128, 1, 192), BF16, 0, 147456), ((3, 128, 1, 128), BF16, 147456, 98304))
+    with monkeypatch.context() as m:
+        m.setattr(torch, "zeros", lambda *a, **k: pytest.fail("allocated"))
+        with pytest.raises(ValueError, match=r"head sizes 192/128; only 5-D \(2, \.\.\.\) K\|V of equal head sizes"):
+            kv_compare.plugin_init(rf.make_runner(config), config)
+    with pytest.raises(AssertionError):
+        kv_compare.stock_init(rf.make_runner(config, paged_attention=True), config)
+    kv = kv_compare.plugin_init(rf.make_runner(config, paged_attention=True), config)
+    k, v = kv[A(0)]
+    assert (layout(k), layout(v)) == (((3, 128, 1, 192), BF16, 0, 147456), ((3, 128, 1, 128), BF16, 0, 98304))
+    assert allocated(kv) == 245760
+
+
+@pytest.mark.skipif(not ON_030, reason="vllm-ascend 0.30's strided hybrid backing")
+def test_hybrid_backing_is_refused_by_name_030(monkeypatch):
+    import stock_cases_030
+
+    mk = stock_cases_030.hybrid()
+    stock = kv_compare.stock_init(mk.make_runner(), mk.kv_cache_config)
+    assert set(stock) == set(mk.specs)
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: pytest.fail("allocated"))
+    with pytest.raises(UnsupportedSpecError, match=r"a hybrid \(Mamba \+ attention\) shared backing"):
+        kv_compare.plugin_init(mk.make_runner(), mk.kv_cache_config)

@@ -23,6 +23,10 @@ With transfer each raw buffer costs 2 MiB more and starts on a 2 MiB boundary. S
 stay refused: FA quant on a ``kv_both`` instance or for non-MLA attention, 0.11's int8 MLA. The A5 variants
 (fp8 C8 keys, fp32 scales, fp8 FA-quant nope on any role) run with the device type patched
 where vllm-ascend 0.23 reads it.
+
+On vllm-ascend 0.30 only dense C8 is built (one private buffer per layer, K|V interleaved per
+kernel block, as stock); the sparse (SFA / LI C8 / indexer) and FA-quant cases are skipped
+there with the reasons below.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any, Callable
 import pytest
 import torch
 import runner_factory as rf
+import factory_030
 from test_compare_stock import ours_init, stock_init
 
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
@@ -45,6 +50,26 @@ BF16, FP16, FP32, I8, FP8 = torch.bfloat16, torch.float16, torch.float32, torch.
 NO_C8 = (
     "vllm-ascend 0.11 / 0.13 build no sparse C8, FA-quant or W8A8C8 int8 spec (0.18+); 0.11's int8 K/V are the BSH "
     "layout (test_0_11_bsh_int8_equals_stock)"
+)
+#: Skip reasons on vllm-ascend 0.30 (one per reason).
+SPARSE_030 = (
+    "vllm-ascend 0.30 has no sparse_head_dim MLA spec (runner_factory.deepseek_v32 builds 0.18-0.23's): "
+    "its SFA indexer is AscendSFAIndexerCacheSpec on a layer of its own, and the plugin refuses sparse "
+    "attention by name (unbuilt_layout_reason: use_sparse 'sparse attention (SFA)', "
+    "strategies.REFUSED_SPEC_CLASSES); stock builds it"
+)
+FA_QUANT_030 = (
+    "runner_factory.fa_quant_config imports quantization.modelslim_config, which vllm-ascend 0.30 moved to "
+    "quantization.configs.modelslim_config, and 0.30's enable_fa_quant also needs cache_config.cache_dtype "
+    "int8/fp8: 0.30's FA-quant cases are test_fa_quant_030_* (factory_030.fa_quant_runner_030)"
+)
+NO_KV_CACHE_DTYPE_030 = (
+    "vllm-ascend 0.30's AscendConfig rejects additional_config kv_cache_dtype (pydantic: unexpected "
+    "keyword argument), so no 0.30 deployment carries it"
+)
+A5_030 = (
+    "vllm-ascend 0.30 has no get_ascend_device_type in core.kv_cache_interface (the a5 fixture's patch); "
+    "the A5 variants are LI C8 / SFA C8 (sparse: refused by name on 0.30) and FA quant (see FA_QUANT_030)"
 )
 ONLY_023 = "SFA C8, DCP-replicated and shared indexers, per-layer LI C8 and the A5 dtypes are vllm-ascend 0.23 features"
 
@@ -58,35 +83,36 @@ class Case:
     buffers: dict[tuple[int, int], int]  # release -> raw buffers (plugin == stock)
     kinds: dict[str, int]
     runner: dict[str, Any] | None = None
+    skip_030: str | None = None  # why the case is skipped on vllm-ascend 0.30
 
 
 CONSUMER = {"kv_transfer": True, "kv_role": "kv_consumer"}
 CASES = {
-    "dense-c8-tp1": Case(lambda: rf.qwen3_8b(tp=1, dtype=I8), (0, 18), NO_C8, 37_748_736, {(0, 18): 72, (0, 23): 72}, {"full_attention": 36}),
-    "dense-c8-tp4": Case(lambda: rf.qwen3_8b(tp=4, dtype=I8), (0, 18), NO_C8, 9_437_184, {(0, 18): 72, (0, 23): 72}, {"full_attention": 36}),
+    "dense-c8-tp1": Case(lambda: rf.qwen3_8b(tp=1, dtype=I8), (0, 18), NO_C8, 37_748_736, {(0, 18): 72, (0, 23): 72, (0, 30): 36}, {"full_attention": 36}),
+    "dense-c8-tp4": Case(lambda: rf.qwen3_8b(tp=4, dtype=I8), (0, 18), NO_C8, 9_437_184, {(0, 18): 72, (0, 23): 72, (0, 30): 36}, {"full_attention": 36}),
     # 0.18: nope, rope, key, scale apart (4 x 61); 0.23: key + scale in one (3 x 61)
-    "li-c8": Case(lambda: rf.deepseek_v32(li_c8=True), (0, 18), NO_C8, 40_039_424, {(0, 18): 244, (0, 23): 183}, {"sparse_mla_li_c8": 61}),
-    "fa-quant": Case(lambda: rf.deepseek_v3(fa_quant=True), (0, 18), NO_C8, 19_988_480, {(0, 18): 122, (0, 23): 122}, {"mla": 0, "fa_quant_mla": 61}, CONSUMER),
-    "sfa-c8": Case(lambda: rf.deepseek_v32(sfa_c8=True), (0, 23), ONLY_023, 28_483_584, {(0, 23): 122}, {"sparse_mla_sfa_c8": 61}),
-    "sfa-li-c8": Case(lambda: rf.deepseek_v32(sfa_c8=True, li_c8=True), (0, 23), ONLY_023, 24_548_352, {(0, 23): 122}, {"sparse_mla_sfa_c8": 61}),
-    "dcp-rep8": Case(lambda: rf.deepseek_v32(rep=8), (0, 23), ONLY_023, 99_942_400, {(0, 23): 183}, {"sparse_mla": 61}),
-    "li-c8-dcp-rep8": Case(lambda: rf.deepseek_v32(li_c8=True, rep=8), (0, 23), ONLY_023, 68_460_544, {(0, 23): 183}, {"sparse_mla_li_c8": 61}),
+    "li-c8": Case(lambda: rf.deepseek_v32(li_c8=True), (0, 18), NO_C8, 40_039_424, {(0, 18): 244, (0, 23): 183}, {"sparse_mla_li_c8": 61}, skip_030=SPARSE_030),
+    "fa-quant": Case(lambda: rf.deepseek_v3(fa_quant=True), (0, 18), NO_C8, 19_988_480, {(0, 18): 122, (0, 23): 122}, {"mla": 0, "fa_quant_mla": 61}, CONSUMER, FA_QUANT_030),
+    "sfa-c8": Case(lambda: rf.deepseek_v32(sfa_c8=True), (0, 23), ONLY_023, 28_483_584, {(0, 23): 122}, {"sparse_mla_sfa_c8": 61}, skip_030=SPARSE_030),
+    "sfa-li-c8": Case(lambda: rf.deepseek_v32(sfa_c8=True, li_c8=True), (0, 23), ONLY_023, 24_548_352, {(0, 23): 122}, {"sparse_mla_sfa_c8": 61}, skip_030=SPARSE_030),
+    "dcp-rep8": Case(lambda: rf.deepseek_v32(rep=8), (0, 23), ONLY_023, 99_942_400, {(0, 23): 183}, {"sparse_mla": 61}, skip_030=SPARSE_030),
+    "li-c8-dcp-rep8": Case(lambda: rf.deepseek_v32(li_c8=True, rep=8), (0, 23), ONLY_023, 68_460_544, {(0, 23): 183}, {"sparse_mla_li_c8": 61}, skip_030=SPARSE_030),
     "sfa-li-c8-dcp-rep8": Case(
-        lambda: rf.deepseek_v32(sfa_c8=True, li_c8=True, rep=8), (0, 23), ONLY_023, 52_969_472, {(0, 23): 122}, {"sparse_mla_sfa_c8": 61}
+        lambda: rf.deepseek_v32(sfa_c8=True, li_c8=True, rep=8), (0, 23), ONLY_023, 52_969_472, {(0, 23): 122}, {"sparse_mla_sfa_c8": 61}, skip_030=SPARSE_030,
     ),
     # LI C8 on the 31 even layers (4 x 164,096 each), bf16 indexers on the 30 others (4 x 180,224)
     "li-c8-per-layer": Case(
         lambda: rf.deepseek_v32(li_c8=True, li_c8_layers=range(0, 61, 2)), (0, 23), ONLY_023, 41_974_784, {(0, 23): 183},
-        {"sparse_mla_li_c8": 31, "sparse_mla": 30},
+        {"sparse_mla_li_c8": 31, "sparse_mla": 30}, skip_030=SPARSE_030,
     ),
     # 16 layers with an indexer (4 x 180,224, 3 buffers), 45 sharing one (4 x 147,456, 2 buffers)
     "shared-indexers": Case(
-        lambda: rf.deepseek_v32(indexer_layers=range(0, 61, 4)), (0, 23), ONLY_023, 38_076_416, {(0, 23): 138}, {"sparse_mla": 61}
+        lambda: rf.deepseek_v32(indexer_layers=range(0, 61, 4)), (0, 23), ONLY_023, 38_076_416, {(0, 23): 138}, {"sparse_mla": 61}, skip_030=SPARSE_030,
     ),
     # SFA + LI: 16 x 4 x 100,608 (packed, key + scale) + 45 x 4 x 83,968 (packed only)
     "sfa-li-c8-shared-indexers": Case(
         lambda: rf.deepseek_v32(sfa_c8=True, li_c8=True, indexer_layers=range(0, 61, 4)), (0, 23), ONLY_023, 21_553_152,
-        {(0, 23): 77}, {"sparse_mla_sfa_c8": 61},
+        {(0, 23): 77}, {"sparse_mla_sfa_c8": 61}, skip_030=SPARSE_030,
     ),
 }
 
@@ -117,7 +143,10 @@ def compare(model, **runner_kwargs):
 
 
 @pytest.mark.parametrize("kv_transfer", [False, True], ids=["plain", "kv_transfer"])
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.skipif(R >= (0, 30), reason=c.skip_030)) if c.skip_030 else n for n, c in CASES.items()],
+)
 def test_quantised_kv_cache_equals_stock(name, kv_transfer):
     case = CASES[name]
     if R < case.since:
@@ -134,9 +163,12 @@ def test_quantised_kv_cache_equals_stock(name, kv_transfer):
     assert (sum(storages(ours).values()), len(storages(ours))) == (expected, buffers)
     assert (sum(storages(stock).values()), len(storages(stock))) == (expected, buffers)
     assert sum(t.size for t in config.kv_cache_tensors) == case.nbytes
-    # the layers of one KVCacheTensor alias one set of raw buffers
-    for tensor in config.kv_cache_tensors:
-        assert len({frozenset(t.untyped_storage().data_ptr() for t in ours[n]) for n in tensor.shared_by}) == 1
+    if R >= (0, 30):  # 0.30: no shared_by; every layer has its raw buffers to itself, as stock
+        owners = [frozenset(t.untyped_storage().data_ptr() for t in views) for views in ours.values()]
+        assert sum(map(len, owners)) == len(frozenset().union(*owners)) == buffers
+    else:  # the layers of one KVCacheTensor alias one set of raw buffers
+        for tensor in config.kv_cache_tensors:
+            assert len({frozenset(t.untyped_storage().data_ptr() for t in ours[n]) for n in tensor.shared_by}) == 1
     if kv_transfer:  # each raw buffer starts on a 2 MiB boundary (the first view into it)
         firsts: dict[int, int] = {}
         for views in ours.values():
@@ -158,6 +190,7 @@ def parts_of(model, layer=0):
     return [(p.name, p.dtype, p.shape, p.blocks, p.group, p.nbytes) for p in lp.parts], lp
 
 
+@pytest.mark.skipif(R >= (0, 30), reason=SPARSE_030)
 @pytest.mark.skipif(R < (0, 18), reason=NO_C8)
 def test_li_c8_parts():
     parts, lp = parts_of(rf.deepseek_v32(li_c8=True))
@@ -171,6 +204,7 @@ def test_li_c8_parts():
     assert lp.page_bytes == lp.spec.page_size_bytes == 164_096
 
 
+@pytest.mark.skipif(R >= (0, 30), reason=SPARSE_030)
 @pytest.mark.skipif(R < (0, 23), reason=ONLY_023)
 def test_sfa_c8_packed_row_fields_and_replicated_indexer():
     parts, lp = parts_of(rf.deepseek_v32(sfa_c8=True, li_c8=True, rep=8))
@@ -186,6 +220,7 @@ def test_sfa_c8_packed_row_fields_and_replicated_indexer():
     assert lp.page_bytes == lp.spec.page_size_bytes == 217_088
 
 
+@pytest.mark.skipif(R >= (0, 30), reason=FA_QUANT_030)
 @pytest.mark.skipif(R < (0, 18), reason=NO_C8)
 def test_fa_quant_parts():
     parts, lp = parts_of(rf.deepseek_v3(fa_quant=True))
@@ -207,6 +242,7 @@ def test_018_li_c8_of_a_float32_model_is_refused():
         AscendAdapter().plan_runner(rf.make_runner(config, model_type="deepseek_v32", index_head_dim=128), config)
 
 
+@pytest.mark.skipif(R >= (0, 30), reason=SPARSE_030)
 @pytest.mark.skipif(R < (0, 23), reason="scale_dim (DeepSeek V4's indexer scales) is a vllm-ascend 0.23 field")
 def test_indexer_scales_in_the_page_stay_refused():
     spec = rf.AscendMLAAttentionSpec(
@@ -225,6 +261,7 @@ def _fa_quant_runner_kwargs(model, role):
     return dict(kv_transfer=role is not None, kv_role=role or "kv_producer", quant_config=rf.fa_quant_config(range(61)))
 
 
+@pytest.mark.skipif(R >= (0, 30), reason=FA_QUANT_030)
 @pytest.mark.skipif(R < (0, 18), reason=NO_C8)
 @pytest.mark.parametrize(
     ("model", "role", "word"),
@@ -248,6 +285,7 @@ def test_fa_quant_where_stock_crashes_is_refused(model, role, word, monkeypatch)
         ours_init(mk.make_runner(**kwargs), copy.deepcopy(mk.kv_cache_config))
 
 
+@pytest.mark.skipif(R >= (0, 30), reason=FA_QUANT_030)
 @pytest.mark.skipif(R < (0, 18), reason=NO_C8)
 @pytest.mark.parametrize("role", [None, "kv_producer"], ids=["no-transfer", "kv_producer"])
 def test_fa_quant_checkpoint_off_a_decode_instance_is_plain_mla(role):
@@ -260,6 +298,7 @@ def test_fa_quant_checkpoint_off_a_decode_instance_is_plain_mla(role):
     )
 
 
+@pytest.mark.skipif(R >= (0, 30), reason=NO_KV_CACHE_DTYPE_030)
 @pytest.mark.skipif(
     R < (0, 18), reason="vllm-ascend 0.11 reads additional_config kv_cache_dtype (BSH layout: test_0_11_bsh_int8_equals_stock); 0.13 has no int8 spec"
 )
@@ -301,6 +340,40 @@ def test_0_11_int8_mla_stays_refused():
         ours_init(mk.make_runner(**kwargs), copy.deepcopy(mk.kv_cache_config))
 
 
+@pytest.mark.skipif(R < (0, 30), reason="vllm-ascend 0.30's FA-quant enabling (cache_dtype int8, configs.modelslim_config)")
+def test_fa_quant_030_equals_stock():
+    """A decode instance: int8 nope + bf16 rope per layer in buffers of their own, 61 x 4 x
+    (128 x 512 x 1 + 128 x 64 x 2) = 19,988,480 bytes + 2 MiB for each of the 122 buffers."""
+    mk = factory_030.fa_quant_model_030()
+    stock = stock_init(factory_030.fa_quant_runner_030(mk), copy.deepcopy(mk.kv_cache_config))
+    runner = factory_030.fa_quant_runner_030(mk)
+    ours = ours_init(runner, copy.deepcopy(mk.kv_cache_config))
+    assert layout_of(ours, False) == layout_of(stock, False)
+    assert [(tuple(t.shape), t.dtype) for t in ours["model.layers.0.self_attn.attn"]] == [
+        ((4, 128, 1, 512), I8), ((4, 128, 1, 64), BF16)
+    ]
+    expected = 19_988_480 + 122 * TRANSFER_ALIGNMENT
+    assert (sum(storages(ours).values()), len(storages(ours))) == (expected, 122)
+    assert (sum(storages(stock).values()), len(storages(stock))) == (expected, 122)
+
+
+@pytest.mark.skipif(R < (0, 30), reason="vllm-ascend 0.30's FA-quant enabling (cache_dtype int8, configs.modelslim_config)")
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,  # DID NOT RAISE: the plugin builds
+    reason="plugin bug on vllm-ascend 0.30: FA quant enabled (consumer, cache_dtype int8) on an MLA layer whose "
+    "spec is the plain bf16 576 form: stock raises AssertionError (the [k, v] split does not fit the page) while "
+    "the plugin builds bf16 nope/rope instead of refusing as on 0.18-0.23 (fa_quant_refusal: on 0.30 "
+    "enable_fa_quant(vllm_config, layer) holds for the layer, so no refusal fires)",
+)
+def test_fa_quant_030_unquantised_spec_is_refused_where_stock_crashes():
+    mk = factory_030.fa_quant_model_030(num_layers=2, quantised_spec=False)
+    with pytest.raises(AssertionError):
+        stock_init(factory_030.fa_quant_runner_030(mk), copy.deepcopy(mk.kv_cache_config))
+    with pytest.raises(UnsupportedSpecError, match="FA quant"):
+        ours_init(factory_030.fa_quant_runner_030(mk), copy.deepcopy(mk.kv_cache_config))
+
+
 # -- A5 (vllm-ascend 0.23): fp8 C8 keys, fp32 scales, fp8 FA-quant nope on any role ------------
 
 
@@ -325,6 +398,7 @@ A5_CASES = {
 }
 
 
+@pytest.mark.skipif(R >= (0, 30), reason=A5_030)
 @pytest.mark.skipif(R < (0, 23), reason=ONLY_023)
 @pytest.mark.parametrize("name", list(A5_CASES))
 def test_a5_variants_equal_stock(name, a5):
