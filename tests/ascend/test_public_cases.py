@@ -389,12 +389,6 @@ def test_a_block_below_the_kernel_block_is_refused_before_allocating(monkeypatch
         init(config)
 
 
-@pytest.mark.xfail(
-    ON_030, strict=True, raises=ValueError,
-    reason="plugin bug on vllm-ascend 0.30: private_layer_config raises 'layers served by no KV cache "
-    "tensor' for a runner-only layer (in a group, in no tensor: vLLM adds such layers after planning), "
-    "where stock 0.30 skips runner_only_attn_layers and builds the others",
-)
 def test_runner_only_and_kv_sharing_layers_get_no_buffer_of_their_own():
     # 0.30: 128-token blocks (the Ascend backend's only kernel block size, see NO_SMALL_BLOCKS_030)
     block = 128 if ON_030 else 16

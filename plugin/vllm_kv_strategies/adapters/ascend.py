@@ -157,10 +157,11 @@ class AscendAdapter(RunnerAdapter):
         if facts.bsh_int8_layout(runner):
             kv_cache_config = restate_bsh(kv_cache_config)
         strided = facts.strided_form(kv_cache_config)  # 0.30: every layer in buffers of its own, as stock
+        runner_only = set(getattr(runner, "runner_only_attn_layers", ()) or ())
         plan = plan_kv_cache(
-            facts.private_layer_config(kv_cache_config) if strided else kv_cache_config,
+            facts.private_layer_config(kv_cache_config, runner_only) if strided else kv_cache_config,
             dims,
-            skip_layers=set(getattr(runner, "runner_only_attn_layers", ()) or ()),
+            skip_layers=runner_only,
             model_layers=forward_context,
         )
         if strided:

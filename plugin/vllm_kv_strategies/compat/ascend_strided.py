@@ -24,8 +24,10 @@ imports neither torch nor vLLM.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from typing import Any
 
+from ..errors import KVCacheLayoutError
 from .specs import head_size_v, layer_spec
 
 
@@ -117,28 +119,37 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any) -> str | None:
     )
 
 
-def private_layer_config(kv_cache_config: Any) -> Any:
+def private_layer_config(kv_cache_config: Any, skip_layers: Collection[str] = ()) -> Any:
     """The config as stock 0.30 lays it out: one tensor per layer of
     ``num_blocks x page`` bytes serving that layer alone (a copy; the
-    config given is not changed).
+    config given is not changed). ``skip_layers``: layers the runner keeps
+    out of the KV cache (``runner_only_attn_layers``), which no tensor needs
+    to serve.
 
     Raises:
-        ValueError: a layer is served by no tensor of the config.
+        KVCacheLayoutError: a layer is served by no tensor of the config, or a
+            tensor is smaller than ``num_blocks`` pages of each of its layers
+            (the private buffers would exceed the bytes the config planned).
     """
     specs = layer_specs(kv_cache_config)
     n = kv_cache_config.num_blocks
     tensors = []
-    for tensor in kv_cache_config.kv_cache_tensors:
-        for name in tensor.layers:
-            if name not in specs:
-                continue
+    for tid, tensor in enumerate(kv_cache_config.kv_cache_tensors):
+        served = [name for name in tensor.layers if name in specs]
+        need = sum(n * specs[name].page_size_bytes for name in served)
+        if need > tensor.size:
+            raise KVCacheLayoutError(
+                f"KV cache tensor {tid} of {tensor.size} bytes is smaller than num_blocks {n} pages of each of its "
+                f"{len(served)} layers ({need} bytes: {', '.join(f'{name} {specs[name].page_size_bytes}' for name in served)})"
+            )
+        for name in served:
             page = specs[name].page_size_bytes
             tensors.append(dataclasses.replace(tensor, size=n * page, layers=[name], offset=0, layer_stride=n * page,
                                                block_stride=page))
-    served = {name for t in tensors for name in t.layers}
-    missing = [name for name in specs if name not in served]
+    served_all = {name for t in tensors for name in t.layers}
+    missing = [name for name in specs if name not in served_all and name not in skip_layers]
     if missing:
-        raise ValueError(f"layers served by no KV cache tensor: {', '.join(missing)}")
+        raise KVCacheLayoutError(f"layers served by no KV cache tensor: {', '.join(missing)}")
     return dataclasses.replace(kv_cache_config, kv_cache_tensors=tensors)
 
 
