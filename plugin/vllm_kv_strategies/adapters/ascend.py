@@ -8,13 +8,19 @@ layer); in 0.11 the three complete initialisations ``initialize_kv_cache``
 chooses from (general, DeepSeek MLA, DeepSeek sparse). Any caller of any of
 them gets the strategies' result, laid out by
 :mod:`vllm_kv_strategies.layout.ascend` and checked there before anything is
-allocated.
+allocated. On 0.30 (vLLM's strided ``KVCacheTensor``) the config is first
+laid out per layer as stock 0.30 does
+(:mod:`vllm_kv_strategies.compat.ascend_strided`: private buffers, plain full
+attention with K|V interleaved per kernel block), kernel blocks are split as
+the caller passes them, and allocation runs inside the caller's
+``kv_cache_allocation_context``; what 0.30 lays out otherwise is refused by
+name and stock builds it.
 
 With ``kv_transfer_config`` set every raw buffer's ``data_ptr`` is a multiple
 of 2 MiB (over-allocated by 2 MiB and sliced); without it nothing is padded.
 Attention views go through the runner's format cast where the release has one
-(0.11); otherwise, on an NPU, each view is cast to ND with
-``torch_npu.npu_format_cast``. Binding keeps every layer: all of them are in
+(0.11); on 0.13 - 0.23, on an NPU, each view is cast to ND with
+``torch_npu.npu_format_cast``; on 0.30 none is cast (as stock). Binding keeps every layer: all of them are in
 ``runner.kv_caches`` (ordered by layer index, then as the config lists them)
 and bound to their attention modules, also draft/MTP layers that share a layer
 index with a target layer, which the binder vllm-ascend 0.23 installs
@@ -88,6 +94,15 @@ def allocate(layouts: list[TensorLayout], device: Any, align: bool) -> dict[str,
         buffers = value = raw = None
         raise
     return raws
+
+
+def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
+    """A stock method's optional argument ``name``, given by keyword or as the
+    ``index``-th argument after the config (vllm-ascend 0.28+:
+    ``initialize_kv_cache_tensors(config, kernel_block_sizes=None,
+    kv_cache_allocation_context=None)``, ``_reshape_kv_cache_tensors(config,
+    raws, kernel_block_sizes=None)``); None when not given."""
+    return kwargs.get(name, args[index] if len(args) > index else None)
 
 
 def bind_every_layer(kv_caches: dict[str, Any], forward_context: dict[str, Any], runner_kv_caches: list[Any], num_attn_module: int) -> None:
@@ -216,7 +231,7 @@ class AscendAdapter(RunnerAdapter):
         """layer -> tuple of attention part views, list of Mamba state views,
         or one plain view. Stock gets every argument it was called with
         (0.30's ``kernel_block_sizes`` too)."""
-        decided = self._decide(runner, kv_cache_config, kwargs.get("kernel_block_sizes", args[0] if args else None))
+        decided = self._decide(runner, kv_cache_config, _argument(args, kwargs, 0, "kernel_block_sizes"))
         if decided is None:
             return stock(runner, kv_cache_config, raws, *args, **kwargs)
         return self._views(runner, decided, raws)
@@ -231,7 +246,7 @@ class AscendAdapter(RunnerAdapter):
         stock build gets every argument it was called with (vllm-ascend 0.28+
         pass ``kernel_block_sizes`` and ``kv_cache_allocation_context``)."""
         self.mark_built(runner)
-        decided = self._decide(runner, kv_cache_config, kwargs.get("kernel_block_sizes", args[0] if args else None))
+        decided = self._decide(runner, kv_cache_config, _argument(args, kwargs, 0, "kernel_block_sizes"))
         if decided is None:
             with self.stock_build(runner):
                 kv_caches = stock(runner, kv_cache_config, *args, **kwargs)
@@ -239,7 +254,7 @@ class AscendAdapter(RunnerAdapter):
             return kv_caches
         runner.hybrid_with_attn_and_mamba = decided.hybrid
         # sleep mode's pool on releases that pass it (0.28+), as stock allocates there
-        context = kwargs.get("kv_cache_allocation_context", args[1] if len(args) > 1 else None)
+        context = _argument(args, kwargs, 1, "kv_cache_allocation_context")
         with context if context is not None else nullcontext():
             raws = allocate(decided.layouts, runner.device, runner.vllm_config.kv_transfer_config is not None)
         kv_caches = self._views(runner, decided, raws)
