@@ -50,10 +50,10 @@ def _matrix(args: argparse.Namespace) -> int:
         return 0
     print(compat.supported_releases())
     print("\nvllm-ascend releases on the package index (auto patches 'own cell' and 'same code as cell'):")
-    print(f"  {'vllm-ascend':14} {'vLLM':8} {'auto':28} why")
+    print(f"  {'vllm-ascend':14} {'vLLM':8} {'auto':32} why")
     for row in ascend_releases.index_table():
         auto = f"{row.status} {row.cell}" if row.cell else "stock"
-        print(f"  {row.version:14} {row.vllm:8} {auto:28} {row.why}")
+        print(f"  {row.version:14} {row.vllm:8} {auto:32} {row.why}")
     return 0
 
 

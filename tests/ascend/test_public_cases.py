@@ -246,6 +246,11 @@ def test_c05_prefill_decode_alignment(transfer):
         _, stock, _, ours = factory_030.stock_and_plugin(config, kv_transfer=transfer)
         assert kv_compare.layout_signature(ours) == kv_compare.layout_signature(stock)
         return
+    assert_separate_aligned_kv(kv, k, v, transfer)
+
+
+def assert_separate_aligned_kv(kv, k, v, transfer):
+    """K and V of 327,680 bytes each in storages of their own, each 2 MiB aligned with KV transfer."""
     assert k.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
     if transfer:
         assert k.data_ptr() % MiB2 == 0 and v.data_ptr() % MiB2 == 0
@@ -263,12 +268,7 @@ def test_c05_paged_attention_k_and_v_each_aligned_030(transfer):
     k, v = kv[A(0)]
     for t in (k, v):
         assert (tuple(t.shape), t.dtype, t.numel() * 2, t.is_contiguous()) == ((10, 128, 1, 128), BF16, 327680, True)
-    assert k.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
-    if transfer:
-        assert k.data_ptr() % MiB2 == 0 and v.data_ptr() % MiB2 == 0
-        assert allocated(kv) == 2 * (327680 + MiB2)
-    else:
-        assert allocated(kv) == 655360
+    assert_separate_aligned_kv(kv, k, v, transfer)
     _, stock, _, ours = factory_030.stock_and_plugin(config, kv_transfer=transfer, paged_attention=True)
     assert kv_compare.layout_signature(ours) == kv_compare.layout_signature(stock)
 

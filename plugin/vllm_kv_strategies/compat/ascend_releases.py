@@ -159,12 +159,11 @@ class AscendRelease:
 
 
 def _base(version: str) -> str:
-    from packaging.version import InvalidVersion, Version
+    """:func:`vllm_kv_strategies.compat.matrix.release` (imported here, not at
+    module level: matrix imports this module)."""
+    from .matrix import release
 
-    try:
-        return Version(version).base_version
-    except InvalidVersion:
-        return version
+    return release(version)
 
 
 def _cell_name(release: str) -> str:
