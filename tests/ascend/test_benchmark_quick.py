@@ -44,3 +44,13 @@ def test_ascend_memory_benchmark_runs_quick(tmp_path):
             bound = {"0.11.0": 0.25, "0.13.0": 0.50}.get(results["vllm_ascend"], 1.0)
             assert row["plugin_over_stock"] <= bound, row
             assert plugin["bytes_allocated"] == plugin["bytes_required"], row
+    if results["vllm_ascend"].startswith("0.30"):
+        # issue 20's targets: plugin / stock tokens, with stock's budget step on its side
+        targets = {"gpt-oss": 1.9, "gemma-3": 5.5, "dense": 1.0}
+        prefixes = {row["model"]: next((p for p in targets if row["model"].startswith(p)), None) for row in results["multi_group"]}
+        assert set(prefixes.values()) == set(targets), prefixes
+        for row in results["multi_group"]:
+            prefix = prefixes[row["model"]]
+            assert row["plugin_over_stock_tokens"] >= targets[prefix], row
+            if not row["transfer"]:
+                assert row["plugin"]["bytes_allocated"] == row["plugin"]["bytes_required"], row

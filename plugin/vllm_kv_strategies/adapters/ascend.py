@@ -35,7 +35,6 @@ from typing import Any
 
 from .. import envs
 from ..compat import ascend as facts
-from ..compat.ascend_releases import code_mismatch
 from ..compat.matrix import Installed, release_before
 from ..errors import UnsupportedSpecError
 from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
@@ -45,6 +44,8 @@ from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
 from ..strategies.bsh_attention import restate_bsh
 from ..strategies.sparse_mla import normalize_legacy_specs
+from .ascend_binding import bind_every_layer
+from .ascend_overlay import overlay_plan, overlay_wanted, published_code
 from .base import RunnerAdapter, allocate_bytes
 
 #: Prefill/decode disaggregation: KV transfer engines need 2 MiB aligned buffers.
@@ -83,6 +84,10 @@ def allocate(layouts: list[TensorLayout], device: Any, align: bool) -> dict[str,
     try:
         for layout in layouts:
             first = layout.layers[0].name
+            if layout.regions:  # one backing, a region per layer (vLLM's overlay)
+                raw = _zeros(layout.buffer_bytes[0], device, align, first)
+                raws.update((lp.name, raw[s : s + n]) for lp, (s, n) in zip(layout.layers, layout.regions))
+                continue
             buffers = []
             for nbytes, slices in buffer_slices(layout):
                 raw = _zeros(nbytes, device, align, first)
@@ -105,25 +110,6 @@ def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
     return kwargs.get(name, args[index] if len(args) > index else None)
 
 
-def bind_every_layer(kv_caches: dict[str, Any], forward_context: dict[str, Any], runner_kv_caches: list[Any], num_attn_module: int) -> None:
-    """Bind every layer's cache to its module and append every cache to
-    ``runner_kv_caches``, ordered by layer index and, within one index, as
-    ``kv_caches`` lists them. Follows vLLM's ``bind_kv_cache``
-    (``vllm/v1/worker/utils.py``) except that several layers of one index
-    (an MTP draft layer beside a target layer, cross and self attention) all
-    stay in ``runner_kv_caches``. A module gets its cache in the form the
-    installed vLLM binds it: ``[cache]`` (one per virtual engine) up to vLLM
-    0.18, the cache itself in 0.23
-    (:func:`~vllm_kv_strategies.compat.ascend.binds_per_virtual_engine`)."""
-    from vllm.model_executor.models.utils import extract_layer_index
-
-    order = sorted(kv_caches, key=lambda name: extract_layer_index(name, num_attn_module))  # stable
-    runner_kv_caches.extend(kv_caches[name] for name in order)
-    wrap = facts.binds_per_virtual_engine()
-    for name, cache in kv_caches.items():
-        forward_context[name].kv_cache = [cache] if wrap else cache
-
-
 class AscendAdapter(RunnerAdapter):
     @property
     def target(self):  # type: ignore[override]
@@ -134,14 +120,7 @@ class AscendAdapter(RunnerAdapter):
         (:func:`~vllm_kv_strategies.compat.ascend_releases.code_mismatch`): in
         ``auto`` a changed install stays stock with one warning; ``on`` and
         ``observe`` patch it, warning once."""
-        version = Installed.detect().vllm_ascend
-        mismatch = code_mismatch(module, version) if version is not None else None
-        if mismatch is not None:
-            if envs.KV_STRATEGIES == "auto":
-                warn_once(f"{PREFIX} {mismatch}; {self.target.runner} stays stock (KV_STRATEGIES=on patches it anyway)")
-                return False
-            warn_once(f"{PREFIX} {mismatch}; patching it anyway (KV_STRATEGIES={envs.KV_STRATEGIES})")
-        return super().patch(module)
+        return published_code(self.target, module) and super().patch(module)
 
     def replacements(self) -> dict[str, Any]:
         """The installed release's methods: each complete initialisation (0.11
@@ -154,11 +133,14 @@ class AscendAdapter(RunnerAdapter):
         return {name: by_name.get(name, self.initialize_kv_cache_tensors) for name in self.target.attributes}
 
     # -- planning ----------------------------------------------------------
-    def plan_runner(self, runner: Any, kv_cache_config: Any, kernel_block_sizes: list[int] | None = None) -> AscendPlan:
+    def plan_runner(self, runner: Any, kv_cache_config: Any, kernel_block_sizes: list[int] | None = None,
+                    overlay: bool = False) -> AscendPlan:
         """Plan and lay out every layer of ``runner``'s config before anything is
         allocated; raises (see :func:`~vllm_kv_strategies.layout.ascend.plan_layout`)
         if that is not possible. ``kernel_block_sizes``: per KV cache group,
-        as vllm-ascend 0.30 passes them (else the runner's own)."""
+        as vllm-ascend 0.30 passes them (else the runner's own). A 0.30 config
+        overlaying KV cache groups is built as vLLM's overlay where ``overlay``
+        or the worker's budget step asked for it (:mod:`.ascend_overlay`)."""
         layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
         reason = facts.stock_only_reason(runner, layer_names) or facts.unbuilt_layout_reason(runner, kv_cache_config)
         if reason is not None:
@@ -171,7 +153,7 @@ class AscendAdapter(RunnerAdapter):
             kv_cache_config = normalize_legacy_specs(kv_cache_config, dims, facts.LEGACY_INDEX_HEAD_DIM)
         if facts.bsh_int8_layout(runner):
             kv_cache_config = restate_bsh(kv_cache_config)
-        strided = facts.strided_form(kv_cache_config)  # 0.30: every layer in buffers of its own, as stock
+        strided = facts.strided_form(kv_cache_config)  # 0.30: buffers of its own per layer, or vLLM's overlay
         runner_only = set(getattr(runner, "runner_only_attn_layers", ()) or ())
         plan = plan_kv_cache(
             facts.private_layer_config(kv_cache_config, runner_only) if strided else kv_cache_config,
@@ -181,6 +163,9 @@ class AscendAdapter(RunnerAdapter):
         )
         if strided:
             kernel = facts.kernel_block_sizes_by_layer(runner, kv_cache_config, kernel_block_sizes)
+            if facts.overlays_groups(kv_cache_config, runner_only) and (overlay or overlay_wanted(runner)):
+                layout, shapes = overlay_plan(runner, kv_cache_config, plan, kernel)
+                return AscendPlan(plan, [layout], False, kernel, shapes)
             interleaved = facts.interleaved_kv_layers(runner, kv_cache_config)
         else:
             kernel, interleaved = self._kernel_block_sizes(runner), frozenset()

@@ -219,22 +219,35 @@ def nearest_cell(version: str) -> str:
     return f"{_cell_name(release)} (vllm-ascend {CELL_PINS[release]})"
 
 
-def code_mismatch(module: Any, version: str) -> str | None:
-    """None when the imported runner ``module`` (``vllm_ascend.worker.model_runner_v1``)
-    has the code published as vllm-ascend ``version``; else why not, in one
-    sentence (a locally changed install, or a release never fingerprinted)."""
+#: ``NPUWorker._scale_kv_cache_memory_for_multi_group`` (``vllm_ascend/worker/worker.py``),
+#: which the plugin wraps from 0.30 (:data:`~vllm_kv_strategies.compat.ascend_targets.MULTI_GROUP_BUDGET`),
+#: per release it was read in.
+BUDGET_FINGERPRINTS: dict[str, str] = {
+    "0.30.0rc1": "1e08571fb28cd52e",
+    "0.30.0rc2": "1e08571fb28cd52e",
+}
+BUDGET_METHODS: tuple[str, ...] = ("_scale_kv_cache_memory_for_multi_group",)
+
+
+def code_mismatch(module: Any, version: str, class_name: str = "NPUModelRunner",
+                  methods: tuple[str, ...] = FINGERPRINTED_METHODS, table: dict[str, str] = FINGERPRINTS) -> str | None:
+    """None when the imported ``module`` (default: the runner's,
+    ``vllm_ascend.worker.model_runner_v1``) has ``class_name``'s ``methods`` as
+    published in vllm-ascend ``version`` (``table``: release -> fingerprint);
+    else why not, in one sentence (a locally changed install, or a release
+    never fingerprinted)."""
     from .fingerprint import module_fingerprint
 
-    expected = FINGERPRINTS.get(version)
+    expected = table.get(version)
     if expected is None:
-        return f"vllm-ascend {version} was never fingerprinted"
+        return f"vllm-ascend {version}'s {class_name} was never fingerprinted"
     try:
-        found = module_fingerprint(module, "NPUModelRunner", FINGERPRINTED_METHODS)
+        found = module_fingerprint(module, class_name, methods)
     except (OSError, TypeError, SyntaxError) as exc:
         return f"the source of {getattr(module, '__name__', module)} cannot be read ({exc})"
     if found != expected:
         return (
-            f"the installed NPUModelRunner KV cache methods (fingerprint {found}) are not those published as "
+            f"the installed {class_name} KV cache methods (fingerprint {found}) are not those published as "
             f"vllm-ascend {version} ({expected}): a changed install, which no test ran"
         )
     return None

@@ -85,6 +85,27 @@ ASCEND_V2 = PatchTarget(
 #: The first vllm-ascend release with its own Model Runner V2 the plugin knows of.
 _ASCEND_V2_FROM = "0.30.0"
 
+#: vllm-ascend 0.30: the worker's KV cache budget for multi-group models, left
+#: unscaled where the plugin builds vLLM's overlay of the groups.
+MULTI_GROUP_BUDGET = PatchTarget(
+    name="ascend-multi-group-budget",
+    runner="NPUWorker (multi-group KV cache budget)",
+    module="vllm_ascend.worker.worker",
+    attributes=("NPUWorker._scale_kv_cache_memory_for_multi_group",),
+    adapter="vllm_kv_strategies.adapters.ascend_overlay:MultiGroupBudgetAdapter",
+    why=(
+        "stock vllm-ascend 0.30 gives every layer of a multi-group model (gpt-oss, Gemma 3) a private buffer and "
+        "scales the KV cache budget down by the largest group's page bytes over all layers' (0.5, about 1/6) so "
+        "that they fit; the plugin builds vLLM's overlay of the groups in one backing instead, so the budget "
+        "stays whole where (and only where) the plugin will build that overlay"
+    ),
+    mirrors=(
+        "vllm_ascend/worker/worker.py NPUWorker._scale_kv_cache_memory_for_multi_group (0.30), called first; "
+        "vLLM PR #51718's overlay of KV cache groups (vllm/v1/kv_cache_interface.py KVCacheTensor)"
+    ),
+    remove_when="vllm-ascend builds vLLM's overlay for multi-group models itself",
+)
+
 #: vllm-ascend 0.11 / 0.13: the hybrid attention + Mamba page sizing, in the
 #: front-end process that builds the ``VllmConfig`` (``__post_init__`` ->
 #: ``try_verify_and_update_config``; the engine core and the workers receive
@@ -152,7 +173,8 @@ def hybrid_sizing_target(vllm_ascend: str | None = None) -> PatchTarget | None:
 def targets(vllm_ascend: str | None = None) -> tuple[PatchTarget, ...]:
     """Everything the plugin patches on a vllm-ascend release: the runner
     (:func:`target`), on 0.11 / 0.13 the hybrid page sizing, from 0.30
-    Ascend's Model Runner V2 (a warning only)."""
+    Ascend's Model Runner V2 (a warning only) and the worker's multi-group
+    KV cache budget."""
     sizing = hybrid_sizing_target(vllm_ascend)
-    v2 = () if _before(_ASCEND_V2_FROM, vllm_ascend) else (ASCEND_V2,)
+    v2 = () if _before(_ASCEND_V2_FROM, vllm_ascend) else (ASCEND_V2, MULTI_GROUP_BUDGET)
     return (target(vllm_ascend),) + ((sizing,) if sizing is not None else ()) + v2
