@@ -164,3 +164,15 @@ def test_kv_cache_memory_bytes_builds_the_overlay():
     runner.vllm_config.cache_config.kv_cache_memory_bytes = mk.kv_cache_config.kv_cache_tensors[0].size
     ours = build(mk, runner)
     assert list(storages(ours).values()) == [mk.kv_cache_config.kv_cache_tensors[0].size]
+
+
+def test_budget_step_on_a_runner_before_its_attention_groups(patched_runner):
+    """At the budget step the worker's runner has no attention groups and no kernel block
+    sizes yet (``initialize_attn_backend`` runs in ``initialize_kv_cache``): the backends come
+    from the layers and the decision is the same."""
+    mk = gpt_oss_like()
+    runner = mk.make_runner(model_type="gpt_oss")
+    runner.attn_groups = []
+    vars(runner).pop("kernel_block_sizes", None)
+    assert MultiGroupBudgetAdapter().scale(stock_scale(), worker_of(mk, runner), 1 << 30) == 1 << 30
+    assert vars(runner)[OVERLAY_BUDGET] is True
