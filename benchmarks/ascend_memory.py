@@ -92,7 +92,7 @@ def measure(model, fn, transfer: bool) -> dict:
         sizes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for v in caches.values() for t in v}
         del caches
         return {"bytes_allocated": sum(sizes.values()), "raw_buffers": len(sizes), "num_blocks": config.num_blocks}
-    totals = build_report(plan, caches, strided=False)["totals"]
+    totals = build_report(plan, caches, kv_cache_config=model.kv_cache_config)["totals"]  # the config's own tensors: what was planned
     del caches
     return totals
 

@@ -8,7 +8,7 @@ vllm-ascend's patched planner (runner_factory).
   split as stock passes them, sliding window beside full attention (two
   groups, every layer private), MLA nope / rope, Mamba states after each
   other, with and without KV transfer (2 MiB aligned buffers);
-* what it refuses by name before allocating (stock builds it): hybrids and
+* what it refuses by name before allocating (stock builds it): hybrids with padded attention pages, sparse attention and
   every feature :func:`~vllm_kv_strategies.compat.ascend_strided.unbuilt_layout_reason`
   names;
 * stock's new arguments (``kernel_block_sizes``, ``kv_cache_allocation_context``)
@@ -134,12 +134,12 @@ def test_a_mamba_layer_not_named_linear_attn_is_built_where_stock_fails():
     assert conv.untyped_storage().nbytes() == 8 * 17920
 
 
-def test_hybrid_is_refused_by_name_before_allocating(monkeypatch):
-    mk = cases.hybrid()
+def test_sparse_attention_is_refused_by_name_before_allocating(monkeypatch):
+    mk = rf.deepseek_v32(num_blocks=cases.N)
     runner = mk.make_runner()
     monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
     stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
-    with pytest.raises(UnsupportedSpecError, match=r"a hybrid \(Mamba \+ attention\) shared backing \(FullAttentionSpec, MambaSpec\)"):
+    with pytest.raises(UnsupportedSpecError, match=r"sparse attention \(SFA\), SFA indexer caches \(AscendMLAAttentionSpec, AscendSFAIndexerCacheSpec\)"):
         AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(mk.kv_cache_config),
                                                    **rf.stock_kwargs(runner, mk.kv_cache_config))
 
@@ -162,7 +162,7 @@ def test_auto_fallback_hands_stock_every_argument(monkeypatch, kv_log):
     """In auto a refused config is stock's exactly, with one warning naming why, and stock
     gets kernel_block_sizes and kv_cache_allocation_context as its caller passed them."""
     monkeypatch.setenv("KV_STRATEGIES", "auto")
-    mk = cases.hybrid()
+    mk = rf.deepseek_v32(num_blocks=cases.N)
     _, want = stock_build(mk)
     runner = mk.make_runner()
     config = copy.deepcopy(mk.kv_cache_config)
@@ -179,7 +179,7 @@ def test_auto_fallback_hands_stock_every_argument(monkeypatch, kv_log):
     assert seen == {"args": (), "kwargs": kw} and pool.entered == 1
     [warning] = kv_log.at(logging.WARNING)
     assert warning.startswith("kv_strategies: falling back to stock KV cache for all layers: the strategies do not "
-                              "build the vllm-ascend 0.30 layouts of a hybrid (Mamba + attention) shared backing")
+                              "build the vllm-ascend 0.30 layouts of sparse attention (SFA)")
 
 
 def test_the_plugin_allocates_inside_sleep_modes_pool(monkeypatch):
@@ -311,17 +311,20 @@ def test_ascend_v2_runner_is_wrapped_only_to_warn(monkeypatch, kv_log):
 
 def test_auto_patches_both_runners_of_0_30(monkeypatch, kv_log):
     import vllm_ascend.worker.v2.model_runner as v2
+    import vllm_ascend.worker.worker as worker
 
     vllm_kv_strategies.unregister()
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     try:
         vllm_kv_strategies.register()
         assert patching.is_patched(rf.NPUModelRunner) and patching.is_patched(v2.NPUModelRunner)
+        assert patching.is_patched(worker.NPUWorker)
         patched = [m for m in kv_log.at(logging.INFO) if m.startswith("kv_strategies: patched")]
         assert patched == [
             f"kv_strategies: patched {facts.SPLIT_INIT.describe()} (NPUModelRunner)",
             f"kv_strategies: patched {facts.ASCEND_V2.describe()} (NPUModelRunner (Ascend V2))",
+            f"kv_strategies: patched {facts.MULTI_GROUP_BUDGET.describe()} (NPUWorker (multi-group KV cache budget))",
         ]
     finally:
         vllm_kv_strategies.unregister()
-    assert not patching.is_patched(v2.NPUModelRunner)
+    assert not patching.is_patched(v2.NPUModelRunner) and not patching.is_patched(worker.NPUWorker)

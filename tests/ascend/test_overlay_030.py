@@ -176,3 +176,48 @@ def test_budget_step_on_a_runner_before_its_attention_groups(patched_runner):
     vars(runner).pop("kernel_block_sizes", None)
     assert MultiGroupBudgetAdapter().scale(stock_scale(), worker_of(mk, runner), 1 << 30) == 1 << 30
     assert vars(runner)[OVERLAY_BUDGET] is True
+
+
+HYBRIDS = {
+    "hybrid 2 Mamba + 2 full": lambda: __import__("stock_cases_030").hybrid(),
+    "Qwen3-Next-80B-A3B TP4": lambda: rf.qwen3_next(tp=4, num_blocks=N),
+}
+
+
+@pytest.mark.parametrize("transfer", [False, True], ids=["plain", "kv_transfer"])
+@pytest.mark.parametrize("model", HYBRIDS)
+def test_hybrid_equals_stock(model, transfer):
+    """Hybrids (stock overlays them itself, its worker leaving the budget whole): one backing,
+    attention and Mamba layer j in region j, attention K|V interleaved per kernel block, the
+    states page by page ([conv | ssm | pad]); byte for byte as stock, no budget flag needed."""
+    mk = HYBRIDS[model]()
+    stock_runner = mk.make_runner(kv_transfer=transfer)
+    config = copy.deepcopy(mk.kv_cache_config)
+    stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")(
+        stock_runner, config, **rf.stock_kwargs(stock_runner, config))
+    runner = mk.make_runner(kv_transfer=transfer)
+    ours = build(mk, runner)
+    assert kc.layout_signature(ours) == kc.layout_signature(stock)
+    assert [type(ours[n]) for n in sorted(ours)] == [type(stock[n]) for n in sorted(stock)]
+    (nbytes,) = storages(ours).values()
+    assert nbytes == mk.kv_cache_config.kv_cache_tensors[0].size + (2 * 1024 * 1024 if transfer else 0)
+    assert runner.hybrid_with_attn_and_mamba is stock_runner.hybrid_with_attn_and_mamba is True
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-like", "hybrid"])
+def test_each_half_builds_the_overlay(model):
+    """``_allocate_kv_cache_tensors`` then ``_reshape_kv_cache_tensors`` (as stock's
+    ``initialize_kv_cache_tensors`` calls them) give the whole build's layout: one backing, each
+    layer's raw buffer its region."""
+    mk = gpt_oss_like() if model == "gpt-oss-like" else HYBRIDS["hybrid 2 Mamba + 2 full"]()
+    adapter, runner = AscendAdapter(), mk.make_runner(model_type="gpt_oss")
+    vars(runner)[OVERLAY_BUDGET] = True
+    config = copy.deepcopy(mk.kv_cache_config)
+    raws = adapter.allocate_kv_cache_tensors(patching.original(rf.NPUModelRunner, "_allocate_kv_cache_tensors"), runner, config)
+    assert len({raw.untyped_storage().data_ptr() for raw in raws.values()}) == 1
+    n = config.num_blocks
+    assert sorted(raw.numel() for raw in raws.values()) == sorted(n * s.page_size_bytes for s in mk.specs.values())
+    halves = adapter.reshape_kv_cache_tensors(patching.original(rf.NPUModelRunner, "_reshape_kv_cache_tensors"), runner,
+                                              config, raws, rf.kernel_block_sizes(runner, config))
+    whole = build(mk, mk.make_runner(model_type="gpt_oss"), overlay_budget=True)
+    assert kc.layout_signature(halves) == kc.layout_signature(whole)

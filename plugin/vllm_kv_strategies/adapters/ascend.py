@@ -142,7 +142,8 @@ class AscendAdapter(RunnerAdapter):
         overlaying KV cache groups is built as vLLM's overlay where ``overlay``
         or the worker's budget step asked for it (:mod:`.ascend_overlay`)."""
         layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
-        reason = facts.stock_only_reason(runner, layer_names) or facts.unbuilt_layout_reason(runner, kv_cache_config)
+        hybrid = facts.is_hybrid(kv_cache_config)  # 0.30: overlaid by stock itself, its budget unscaled
+        reason = facts.stock_only_reason(runner, layer_names) or facts.unbuilt_layout_reason(runner, kv_cache_config, hybrid)
         if reason is not None:
             raise UnsupportedSpecError(f"the strategies do not build the {reason}")
         facts.binds_per_virtual_engine()  # asked of vLLM here, so a binder it cannot read falls back
@@ -163,9 +164,9 @@ class AscendAdapter(RunnerAdapter):
         )
         if strided:
             kernel = facts.kernel_block_sizes_by_layer(runner, kv_cache_config, kernel_block_sizes)
-            if facts.overlays_groups(kv_cache_config, runner_only) and (overlay or overlay_wanted(runner)):
+            if hybrid or (facts.overlays_groups(kv_cache_config, runner_only) and (overlay or overlay_wanted(runner))):
                 layout, shapes = overlay_plan(runner, kv_cache_config, plan, kernel)
-                return AscendPlan(plan, [layout], False, kernel, shapes)
+                return AscendPlan(plan, [layout], hybrid, kernel, shapes)
             interleaved = facts.interleaved_kv_layers(runner, kv_cache_config)
         else:
             kernel, interleaved = self._kernel_block_sizes(runner), frozenset()
@@ -258,7 +259,8 @@ class AscendAdapter(RunnerAdapter):
     def _views(self, runner: Any, decided: AscendPlan, raws: dict[str, Any]) -> dict[str, Any]:
         plan = decided.plan
         kernel = decided.kernel_block_sizes
-        interleaved = facts.mamba_states_interleaved()
+        # page by page in vLLM's overlay (0.30) and on 0.11; else state after state
+        interleaved = facts.mamba_states_interleaved() or any(layout.regions for layout in decided.layouts)
         kv_page = {lp.name: layout.kv_page for layout in decided.layouts for lp in layout.layers}
         convert = facts.format_converter(runner)
         # stock 0.30 casts no view (the ND cast on 0.13 - 0.23 is issue 22's to settle)

@@ -33,6 +33,7 @@ from ..layout.ascend import TensorLayout
 from ..layout.strided import backing_bytes, layer_regions, private_bytes
 from ..logger import PREFIX, logger, warn_once
 from ..plan import KVCachePlan
+from ..strategies import LayoutFamily
 from .base import RunnerAdapter
 
 #: Set on a runner whose worker left the KV cache budget unscaled for the overlay.
@@ -70,9 +71,9 @@ def overlay_plan(
         n = kv_cache_config.num_blocks
         pages = {name: lp.padded_page_bytes for name, lp in plan.layers.items()}
         regions = layer_regions(kv_cache_config, pages)
-        shapes = {
+        shapes = {  # attention layers: K|V interleaved per kernel block; Mamba states page by page
             name: facts.interleaved_kv_shape(runner, name, lp.spec, n, kernel.get(name, lp.spec.block_size))
-            for name, lp in plan.layers.items()
+            for name, lp in plan.layers.items() if lp.family is LayoutFamily.PER_PART
         }
     except (KVCacheLayoutError, ValueError) as exc:
         if not vars(runner).get(OVERLAY_BUDGET):

@@ -53,7 +53,14 @@ def _ascend_config(runner: Any) -> Any:
     return getattr(runner, "ascend_config", None)
 
 
-def unbuilt_layout_reason(runner: Any, kv_cache_config: Any) -> str | None:
+def is_hybrid(kv_cache_config: Any) -> bool:
+    """Whether the config has Mamba and attention layers (stock's
+    ``hybrid_with_attn_and_mamba``, detected across all KV cache groups)."""
+    mamba = [_is_mamba(spec) for spec in layer_specs(kv_cache_config).values()]
+    return any(mamba) and not all(mamba)
+
+
+def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = False) -> str | None:
     """What of a vllm-ascend config in vLLM's strided form the strategies do
     not build (stock builds it), named; None when every layer takes one of the
     private per-layer forms of the module docstring, or for the ``shared_by``
@@ -94,8 +101,7 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any) -> str | None:
         found.append("compressed KV cache (use_compress)")
     if model_type in ("deepseek_v4", "deepseek_v41", "step3p5", "step3p7"):
         found.append(f"{model_type} KV cache")
-    mamba = [s for s in specs.values() if _is_mamba(s)]
-    if mamba and len(mamba) < len(specs):
+    if is_hybrid(kv_cache_config) and not overlay:
         found.append("a hybrid (Mamba + attention) shared backing")
     for spec in specs.values():
         name = type(spec).__name__
@@ -190,15 +196,20 @@ def overlay_refusal(runner: Any, kv_cache_config: Any) -> str | None:
     strided K/V: no MLA (nope and rope lie in halves of the region, not block
     by block), no Mamba, no sparse backend, no layer that needs contiguous
     paged-attention caches (vllm-ascend's ``requires_contiguous_pa_kv_cache``).
+    In a hybrid (Mamba + attention, which stock 0.30 overlays itself, its
+    worker leaving the budget whole) each Mamba layer's states lie page by
+    page in its region, ``[conv | ssm | pad]``, as stock's
+    ``_adjust_kv_layout`` views them.
     """
     from vllm.config import get_layers_from_vllm_config
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.v1.kv_cache_interface import AttentionSpec
     from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
 
-    reason = unbuilt_layout_reason(runner, kv_cache_config)
+    reason = unbuilt_layout_reason(runner, kv_cache_config, overlay=True)
     if reason is not None:
         return f"the strategies do not build the {reason}"
+    hybrid = is_hybrid(kv_cache_config)
     layout = runner.vllm_config.cache_config.get_resolved_kv_cache_layout()
     if not (layout.is_layer_compact and layout.is_block_compact):
         return f"KV cache layout {layout} is not layer- and block-compact (stock's overlay gate)"
@@ -206,6 +217,8 @@ def overlay_refusal(runner: Any, kv_cache_config: Any) -> str | None:
     layers = get_layers_from_vllm_config(runner.vllm_config, AttentionLayerBase)
     for name, spec in layer_specs(kv_cache_config).items():
         what = f"layer {name!r} ({type(spec).__name__})"
+        if hybrid and _is_mamba(spec):  # states page by page, [conv | ssm | pad] (stock's _adjust_kv_layout)
+            continue
         if not isinstance(spec, AttentionSpec) or "MLA" in type(spec).__name__ or head_size_v(spec) != spec.head_size:
             return f"{what}: only attention with K and V of one head size is overlaid (K|V interleaved per kernel block)"
         if name not in backends or backends[name].is_sparse():
