@@ -300,20 +300,3 @@ class AscendAdapter(RunnerAdapter):
             }[lp.family](views)
         return kv_caches
 
-
-class AscendV2Adapter(RunnerAdapter):
-    """vllm-ascend 0.30's Model Runner V2: stock builds the KV cache; one
-    warning per worker says so (the strategies do not build V2's layouts yet)."""
-
-    target = facts.ASCEND_V2
-
-    def replacements(self) -> dict[str, Any]:
-        return {"NPUModelRunner.initialize_kv_cache": self.initialize_kv_cache}
-
-    def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
-        result = stock(runner, *args, **kwargs)
-        warn_once(
-            f"{PREFIX} {type(runner).__qualname__} (Ascend Model Runner V2) built its KV cache stock: "
-            "the plugin does not build Ascend V2's KV cache yet and did nothing in this worker"
-        )
-        return result
