@@ -48,11 +48,25 @@ def attn_utils() -> Any:
     return module
 
 
-def v2_runner(mk: rf.ModelKV, **runner_kwargs: Any) -> Any:
+def v2_runner(mk: rf.ModelKV, shared: dict[str, str] | None = None, **runner_kwargs: Any) -> Any:
     """The 0.30 runner of ``mk`` whose ``vllm_config`` V2 reads: every layer answers
-    ``get_attn_backend()`` with its attention group's backend."""
+    ``get_attn_backend()`` with its attention group's backend and shares no KV cache
+    (``kv_sharing_target_layer_name`` None, as a real layer's default). ``shared``: layer ->
+    target, extra attention layers that reuse their target's cache (cross-layer KV sharing:
+    in the forward context, not in the config, as V2's ``get_kv_cache_spec`` skips them)."""
+    from torch import nn  # noqa: PLC0415
+    from vllm.model_executor.layers.attention import Attention  # noqa: PLC0415
+
     runner = mk.make_runner(**runner_kwargs)
     forward_context = runner.vllm_config.compilation_config.static_forward_context
+    for name, target in (shared or {}).items():
+        layer = Attention.__new__(Attention)
+        nn.Module.__init__(layer)
+        layer.layer_name, layer.kv_sharing_target_layer_name = name, target
+        forward_context[name] = layer
+    for layer in forward_context.values():
+        if "kv_sharing_target_layer_name" not in vars(layer):
+            layer.kv_sharing_target_layer_name = None
     for groups in runner.attn_groups:
         for group in groups:
             for name in group.layer_names:
@@ -71,10 +85,10 @@ def allocate_main(runner: Any, kv_cache_config: Any) -> dict[str, Any]:
         return attn_utils().allocate_kv_cache_main(config, runner.device, None, kernel)
 
 
-def stock_v2(mk: rf.ModelKV, **runner_kwargs: Any) -> dict[str, Any]:
+def stock_v2(mk: rf.ModelKV, shared: dict[str, str] | None = None, **runner_kwargs: Any) -> dict[str, Any]:
     """Stock V2's caches of ``mk`` (its allocation module must be unpatched)."""
     assert not patching.is_patched(attn_utils()), "stock V2 asked for while the plugin is patched in"
-    return allocate_main(v2_runner(mk, **runner_kwargs), mk.kv_cache_config)
+    return allocate_main(v2_runner(mk, shared, **runner_kwargs), mk.kv_cache_config)
 
 
 @contextlib.contextmanager
@@ -90,10 +104,10 @@ def plugin_patched():
         assert adapter.unpatch(module)
 
 
-def plugin_v2(mk: rf.ModelKV, **runner_kwargs: Any) -> dict[str, Any]:
+def plugin_v2(mk: rf.ModelKV, shared: dict[str, str] | None = None, **runner_kwargs: Any) -> dict[str, Any]:
     """The plugin's caches of ``mk``, through stock's ``allocate_kv_cache_main`` with the two
     functions it looks up replaced."""
-    runner = v2_runner(mk, **runner_kwargs)
+    runner = v2_runner(mk, shared, **runner_kwargs)
     with plugin_patched():
         return allocate_main(runner, mk.kv_cache_config)
 

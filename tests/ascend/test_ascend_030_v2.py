@@ -267,3 +267,65 @@ def test_auto_patches_v1_and_both_v2_targets_of_0_30(monkeypatch, kv_log):
     finally:
         vllm_kv_strategies.unregister()
     assert not patching.is_patched(v2.NPUModelRunner) and not patching.is_patched(f2.attn_utils())
+
+
+class Pool:
+    """Stands in for sleep mode's allocation pool: records whether allocations ran inside it."""
+
+    def __init__(self):
+        self.active, self.inside = False, []
+
+    def __enter__(self):
+        self.active = True
+
+    def __exit__(self, *exc):
+        self.active = False
+
+
+def test_vllm_init_kv_cache_builds_binds_and_allocates_inside_the_pool(monkeypatch, tmp_path, kv_log):
+    """vLLM's own ``init_kv_cache`` (as Ascend V2's ``initialize_kv_cache`` calls it): the plugin's
+    buffers are allocated inside ``kv_cache_allocation_context``, every layer is bound to its
+    cache by Ascend's binder, and the report names the V2 runner and the plugin."""
+    import json
+
+    import vllm.v1.worker.gpu.model_runner as gpu_runner
+    from vllm.config import set_current_vllm_config
+
+    monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
+    mk = cases.sliding()
+    runner = f2.v2_runner(mk)
+    pool, real = Pool(), ascend_adapter.allocate_bytes
+
+    def allocate(nbytes, device, layer):
+        pool.inside.append(pool.active)
+        return real(nbytes, device, layer)
+
+    monkeypatch.setattr(ascend_adapter, "allocate_bytes", allocate)
+    forward_context = runner.vllm_config.compilation_config.static_forward_context
+    kernel = rf.kernel_block_sizes(runner, mk.kv_cache_config)
+    with f2.plugin_patched(), set_current_vllm_config(runner.vllm_config):
+        kv = gpu_runner.init_kv_cache(forward_context, mk.kv_cache_config, runner.device, kernel, runner.vllm_config,
+                                      kv_cache_allocation_context=pool)
+    assert kc.layout_signature(kv) == kc.layout_signature(f2.stock_v2(mk))
+    assert len(pool.inside) == 6 and all(pool.inside)  # full layers: one K|V buffer each; sliding: K and V each
+    assert all(forward_context[name].kv_cache is value for name, value in kv.items())
+    path = tmp_path / "kv_cache_report.latest.rank0.json"
+    report = json.loads(path.read_text())
+    assert (report["built_by"], report["runner"]) == ("plugin", "NPUModelRunner (Ascend V2)")
+    assert report["totals"]["bytes_allocated"] == 2 * 524288 + 4 * 262144
+
+
+def test_cross_layer_kv_sharing_layers_alias_their_target():
+    """A layer that reuses another's KV cache (in the forward context and its target's KV cache
+    group, as V2's ``init_attn_backend`` adds it, in no tensor) gets its target's views, as stock
+    V2 aliases it."""
+    import dataclasses
+
+    mk, shared = cases.dense(), {"model.layers.2.self_attn.attn": "model.layers.0.self_attn.attn"}
+    [group] = mk.kv_cache_config.kv_cache_groups
+    group = dataclasses.replace(group, layer_names=[*group.layer_names, "model.layers.2.self_attn.attn"])
+    mk.kv_cache_config = dataclasses.replace(mk.kv_cache_config, kv_cache_groups=[group])
+    stock = f2.stock_v2(mk, shared)
+    ours = f2.plugin_v2(mk, shared)
+    assert kc.layout_signature(ours) == kc.layout_signature(stock)
+    assert ours["model.layers.2.self_attn.attn"] is ours["model.layers.0.self_attn.attn"]
