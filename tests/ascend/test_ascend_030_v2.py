@@ -5,7 +5,8 @@ patched planner.
 * built byte for byte as stock V2 (storages and aliasing, offsets, strides, shapes, dtypes,
   with and without KV transfer): dense full attention (K|V interleaved per kernel block; the
   PA form's separate K and V), kernel blocks of 128 in blocks of 256, sliding window beside
-  full attention, MLA nope / rope, hybrids on one backing (plain and padded attention pages);
+  full attention, MLA nope / rope, hybrids on one backing (plain and padded attention pages),
+  and the published models of the Ascend zoo (zoo_models);
 * refused by name before anything is allocated, stock building it in ``auto`` with one
   warning: a Mamba-only model (stock V2 aliases its layers), V2's model-wide branches
   (KVPP, SFA, DCP, FA quant, DeepSeek V4, layerwise reuse) and spec classes it does not build;
@@ -26,6 +27,7 @@ import pytest
 import runner_factory as rf
 import stock_cases_030 as cases
 import torch
+import zoo_models as zm
 
 import vllm_kv_strategies
 from vllm_kv_strategies import patching
@@ -180,17 +182,40 @@ def test_model_wide_branches_are_named(over, named):
 
 
 def test_spec_classes_and_fields_it_does_not_build_are_named():
-    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, FullAttentionSpec
+    from vllm.v1.kv_cache_interface import CrossAttentionSpec, FullAttentionSpec
 
     config = _vllm_config()
-    chunked = ChunkedLocalAttentionSpec(block_size=128, num_kv_heads=2, head_size=64, dtype=torch.bfloat16, attention_chunk_size=256)
-    assert ascend_v2.unbuilt_reason(config, _config({"a.attn": chunked})) == (
-        "Ascend Model Runner V2 layouts of ChunkedLocalAttentionSpec (ChunkedLocalAttentionSpec) yet; stock builds them")
+    cross = CrossAttentionSpec(block_size=128, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
+    assert ascend_v2.unbuilt_reason(config, _config({"a.attn": cross})) == (
+        "Ascend Model Runner V2 layouts of CrossAttentionSpec (CrossAttentionSpec) yet; stock builds them")
     mxfp = FullAttentionSpec(block_size=128, num_kv_heads=2, head_size=64, dtype=torch.bfloat16, state_content_bytes=264)
     assert "FullAttentionSpec with state_content_bytes" in ascend_v2.unbuilt_reason(config, _config({"a.attn": mxfp}))
     plain = FullAttentionSpec(block_size=128, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
     assert ascend_v2.unbuilt_reason(config, _config({"a.attn": plain})) is None
     assert "KV cache groups without a kernel block size (0 sizes)" in ascend_v2.unbuilt_reason(config, _config({"a.attn": plain}), [])
+
+
+#: Zoo models (zoo_models, TP 1) whose V2 layouts the plugin refuses, and the name it gives.
+ZOO_REFUSED = {"DeepSeek-V3.2-Exp MTP": "of AscendSFAIndexerCacheSpec"}
+
+
+@pytest.mark.parametrize("model", list(zm.MODELS), ids=list(zm.MODELS))
+def test_zoo_on_v2_is_stock_equal_or_refused_by_name(model, monkeypatch, kv_log):
+    """Published models' KV caches (zoo_models, TP 1) through V2 in ``auto``: the plugin builds
+    every one stock-equal but those of :data:`ZOO_REFUSED`, which fall back naming why."""
+    reason = zm.MODELS[model].unsupported()
+    if reason is not None:
+        pytest.skip(reason)
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    mk = zm.MODELS[model].build(1)
+    assert kc.layout_signature(f2.plugin_v2(mk)) == kc.layout_signature(f2.stock_v2(mk))
+    fallbacks = [m for m in kv_log.at(logging.WARNING) if "falling back" in m]
+    if model in ZOO_REFUSED:
+        [warning] = fallbacks
+        assert f"the strategies do not build the Ascend Model Runner V2 layouts {ZOO_REFUSED[model]}" in warning
+    else:
+        assert fallbacks == []
+        assert any(m.startswith(f"kv_strategies: rank 0: built {len(mk.specs)} layers") for m in kv_log.at(logging.INFO))
 
 
 # -- the seam, the release gate, the runner wrapper -------------------------------------------

@@ -70,7 +70,8 @@ from .specs import head_size_v
 
 #: Spec classes (exact) whose V2 layouts the strategies build.
 BUILT_SPEC_CLASSES = frozenset(
-    {"FullAttentionSpec", "SlidingWindowSpec", "MLAAttentionSpec", "AscendMLAAttentionSpec", "MambaSpec"}
+    {"FullAttentionSpec", "SlidingWindowSpec", "ChunkedLocalAttentionSpec", "MLAAttentionSpec", "AscendMLAAttentionSpec",
+     "MambaSpec"}
 )
 #: Spec fields that select a V2 branch the strategies do not build (truthy, or > 1 for ``tokens_per_state``).
 _UNBUILT_FIELDS = (
