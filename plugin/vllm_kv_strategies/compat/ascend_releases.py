@@ -126,9 +126,11 @@ V2_FINGERPRINTED_FUNCTIONS: tuple[str, ...] = (
 )
 
 #: The fingerprint of :data:`V2_FINGERPRINTED_FUNCTIONS` in the releases whose
-#: V2 the plugin builds, computed from the installed 0.30.0rc2 (cell
-#: ascend-0.30.0) with ``method_fingerprint(source, None, V2_FINGERPRINTED_FUNCTIONS)``.
-#: Any other release (0.30.0rc1 included) leaves V2 stock in ``auto``.
+#: V2 the plugin builds: the release a cell runs, 0.30.0rc2 (cell ascend-0.30.0),
+#: computed from its installed ``attn_utils.py`` with ``method_fingerprint(source,
+#: None, V2_FINGERPRINTED_FUNCTIONS)`` (``python tools/ascend_releases.py`` prints
+#: every 0.30+ release's). Any other release (0.30.0rc1 included) leaves V2
+#: stock in ``auto``.
 V2_FINGERPRINTS: dict[str, str] = {
     "0.30.0rc2": "9b1ccc589dd6a228",
 }
