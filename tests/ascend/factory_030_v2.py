@@ -11,7 +11,7 @@ given the backend of their attention group (V2 asks each layer's ``get_attn_back
 the kernel block sizes are vLLM's ``prepare_kernel_block_sizes`` over the same groups, as V2's
 ``init_attn_backend`` computes them.
 
-    python tests/ascend/factory_030_v2.py      # prints stock V2's layouts of stock_cases_030
+    python tests/ascend/factory_030_v2.py      # stock V2's layouts of stock_cases_030, and the zoo's bytes
 """
 
 from __future__ import annotations
@@ -140,7 +140,31 @@ def main() -> int:
             print(f"   stock V2 raised {type(exc).__name__}: {exc}")
             continue
         cases.print_kv(kv)
+    print_zoo_bytes()
     return 0
+
+
+def print_zoo_bytes() -> None:
+    """Per published model of the Ascend zoo (zoo_models, TP 1, ``KV_STRATEGIES=on``): KV cache
+    groups, the bytes of the config's one backing (``KVCacheTensor.size``), the bytes stock V2 and
+    the plugin allocate, and whether their layouts are identical."""
+    import kv_compare as kc  # noqa: PLC0415
+    import zoo_models as zm  # noqa: PLC0415
+
+    os.environ["KV_STRATEGIES"] = "on"
+    print(f"{'model':24} {'groups':>6} {'config backing':>15} {'stock V2':>13} {'plugin V2':>13} identical")
+    for model in zm.MODELS.values():
+        mk = model.build(1)
+        try:
+            ours = plugin_v2(mk)
+        except Exception as exc:  # noqa: BLE001 (printed: the plugin's refusal)
+            print(f"{model.name:24} refused: {exc}")
+            continue
+        stock = stock_v2(mk)
+        size = max(t.size for t in mk.kv_cache_config.kv_cache_tensors)
+        total = [sum(kc.storages(kv).values()) for kv in (stock, ours)]
+        same = kc.layout_signature(ours) == kc.layout_signature(stock)
+        print(f"{model.name:24} {len(mk.kv_cache_config.kv_cache_groups):>6} {size:>15,} {total[0]:>13,} {total[1]:>13,} {same}")
 
 
 if __name__ == "__main__":
