@@ -181,6 +181,59 @@ def test_model_wide_branches_are_named(over, named):
     assert reason == f"Ascend Model Runner V2 layouts of {named} (FullAttentionSpec) yet; stock builds them"
 
 
+@pytest.mark.parametrize(
+    ("module", "probe", "named"),
+    [
+        ("vllm_ascend.utils", "enable_sfa", "sparse attention (SFA)"),
+        ("vllm_ascend.quantization.utils", "enable_fa_quant", "quantised attention KV cache (FA quant)"),
+        ("vllm_ascend.distributed.kv_transfer.kv_pool.ascend_store.layerwise_cache_layout",
+         "get_layerwise_reuse_config", "layerwise KV cache reuse"),
+    ],
+)
+def test_branches_vllm_ascend_probes_are_named(module, probe, named, monkeypatch):
+    """V2's model-wide branches, asked of vllm-ascend's own probes (forced true here)."""
+    import importlib
+
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    monkeypatch.setattr(importlib.import_module(module), probe, lambda *a, **k: True)
+    spec = FullAttentionSpec(block_size=128, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
+    reason = ascend_v2.unbuilt_reason(_vllm_config(), _config({"a.attn": spec}))
+    assert reason == f"Ascend Model Runner V2 layouts of {named} (FullAttentionSpec) yet; stock builds them"
+
+
+def test_kvpp_is_named(monkeypatch):
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm_ascend.ascend_config import KVPPConfig
+
+    config = _vllm_config()  # made before the probe is forced (AscendConfig reads it too)
+    monkeypatch.setattr(KVPPConfig, "from_vllm_config", classmethod(lambda cls, c: SimpleNamespace(size=2)))
+    spec = FullAttentionSpec(block_size=128, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
+    assert ascend_v2.unbuilt_reason(config, _config({"a.attn": spec})).startswith(
+        "Ascend Model Runner V2 layouts of KVPP (FullAttentionSpec)")
+
+
+def test_tensor_forms_it_does_not_build_are_named():
+    """MLA in a hybrid backing, a tensor mixing spec classes, padded pages of separate K/V."""
+    import dataclasses
+
+    from vllm.v1.kv_cache_interface import KVCacheTensor, SlidingWindowSpec
+
+    config = _vllm_config()
+    mla = rf.AscendMLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576, dtype=torch.bfloat16)
+    mamba = cases._mamba_spec(page_size_padded=mla.page_size_bytes)
+    assert "MLA in a hybrid backing" in ascend_v2.unbuilt_reason(config, _config({"a.attn": mla, "b.mixer": mamba}))
+    full = cases.dense().specs["model.layers.0.self_attn.attn"]
+    swa = SlidingWindowSpec(block_size=128, num_kv_heads=2, head_size=64, dtype=torch.bfloat16, sliding_window=256)
+    mixed = _config({"a.attn": full, "b.attn": swa})
+    page = full.page_size_bytes
+    mixed = dataclasses.replace(mixed, kv_cache_tensors=[KVCacheTensor(size=8 * page, layers=["a.attn", "b.attn"],
+                                                                        layer_stride=4 * page, block_stride=page, offset=0)])
+    assert "a KV cache tensor of several spec classes (FullAttentionSpec, SlidingWindowSpec)" in ascend_v2.unbuilt_reason(config, mixed)
+    padded = dataclasses.replace(swa, page_size_padded=2 * swa.page_size_bytes)
+    assert "padded pages of separate K/V (SlidingWindowSpec)" in ascend_v2.unbuilt_reason(config, _config({"a.attn": padded}))
+
+
 def test_spec_classes_and_fields_it_does_not_build_are_named():
     from vllm.v1.kv_cache_interface import CrossAttentionSpec, FullAttentionSpec
 

@@ -24,6 +24,7 @@ Allocation runs inside the caller's ``kv_cache_allocation_context`` (vLLM's
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,8 +121,18 @@ class AscendV2AllocationAdapter(RunnerAdapter):
 
     # -- the replaced functions --------------------------------------------
     def allocate_kv_cache(self, stock: Any, kv_cache_config: Any, shared_layers: dict[str, str], device: Any) -> dict[str, Any]:
-        """layer -> raw int8 buffer or tuple of buffers, as V2's
-        ``_allocate_kv_cache``; stock where the strategies do not build it."""
+        """layer -> raw int8 buffer (``num_blocks x page`` bytes; in a hybrid
+        its region of the one backing) or tuple of int8 buffers (K and V, nope
+        and rope), every config layer but the KV sharing ones, as V2's
+        ``_allocate_kv_cache`` (vllm_ascend/worker/v2/attn_utils.py, 0.30.0rc2);
+        stock's own result where the strategies do not build the config.
+
+        Raises:
+            UnsupportedSpecError, KVCacheLayoutError: in ``on``, before
+                anything is allocated (``auto`` falls back to stock).
+            StockWouldFailError: in every mode (see :meth:`plan_v2`).
+            KVCacheAllocationError: the device has not the bytes.
+        """
         decided = self._decide(kv_cache_config, shared_layers)
         if decided is None:
             return stock(kv_cache_config, shared_layers=shared_layers, device=device)
@@ -143,8 +154,19 @@ class AscendV2AllocationAdapter(RunnerAdapter):
         shared_kv_cache_layers: dict[str, str],
         kv_cache_config: Any = None,
     ) -> dict[str, Any]:
-        """layer -> its views, as V2's ``_reshape_kv_cache_v2`` (KV sharing
-        layers aliased to their targets); reports what was built."""
+        """layer -> its views, as V2's ``_reshape_kv_cache_v2``
+        (vllm_ascend/worker/v2/attn_utils.py, 0.30.0rc2): a ``(K, V)`` tuple,
+        each ``(num_blocks x r, kernel block, heads, head size)`` in the spec's
+        dtype (interleaved K|V with the physical page over ``r`` as dim-0
+        pitch, or contiguous), ``(nope, rope)`` for MLA, a list of Mamba state
+        views ``(num_blocks, *state)`` with a one-page dim-0 stride; KV sharing
+        layers aliased to their targets. Logs the summary line (and writes
+        the report) of what was built, by the plugin or by stock.
+
+        Raises:
+            KVCacheLayoutError: a layer in no attention group, or a block size
+                that is not a multiple of its group's kernel block size.
+        """
         if _pending:
             _pending[-1] = None
         decided = None if kv_cache_config is None else self._decide(kv_cache_config, shared_kv_cache_layers, kernel_block_sizes)
@@ -204,8 +226,6 @@ class AscendV2Adapter(RunnerAdapter):
             result = stock(runner, *args, **kwargs)
         finally:
             built = _pending.pop() is None
-        import sys
-
         attn_utils = sys.modules.get(facts.ASCEND_V2_ALLOCATION.module)
         if not built and attn_utils is not None and patching.is_patched(attn_utils):
             warn_once(

@@ -16,6 +16,9 @@ release's ``vllm_ascend/worker/model_runner_v1.py`` as published
 (``python tools/ascend_releases.py`` prints :data:`FINGERPRINTS`); at patch
 time the adapter computes the installed module's fingerprint again and leaves
 the runner stock in ``auto`` when it differs (a locally changed install).
+Ascend's own Model Runner V2 (0.30+) is gated the same way, on its module
+functions (:data:`V2_FINGERPRINTED_FUNCTIONS`, :data:`V2_FINGERPRINTS`): only
+the releases listed there get V2 built by the plugin in ``auto``.
 
 Importing this module imports neither torch nor vLLM.
 """

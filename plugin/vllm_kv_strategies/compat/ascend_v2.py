@@ -34,8 +34,9 @@ on CPU (tests/ascend/test_ascend_030_v2.py):
     block (``_reshape_combined_attention_kv_cache``), so padding lies after V
     in every kernel block. V1 0.30 instead trims padding at the front
     (``[pad | K all | V all]``);
-  - every other attention layer: **separate K and V buffers** (MLA: nope and
-    rope), split by head size (``calc_split_factor``) and viewed contiguous;
+  - every other attention layer (PA kernels, sliding window, chunked local):
+    **separate K and V buffers** (MLA: nope and rope), split by head size
+    (``calc_split_factor``) and viewed contiguous;
   - a **Mamba-only** model: one buffer of ``tensor.size`` bytes per
     ``KVCacheTensor``, the *same* buffer for each of its layers, viewed from
     byte 0 for every layer: all layers of a tensor alias one set of states
