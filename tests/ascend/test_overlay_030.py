@@ -221,3 +221,15 @@ def test_each_half_builds_the_overlay(model):
                                               config, raws, rf.kernel_block_sizes(runner, config))
     whole = build(mk, mk.make_runner(model_type="gpt_oss"), overlay_budget=True)
     assert kc.layout_signature(halves) == kc.layout_signature(whole)
+
+
+def test_budget_stays_scaled_on_ascend_model_runner_v2(patched_runner):
+    """Ascend's Model Runner V2 gives every layer private buffers (its own allocation, which
+    the plugin builds as stock V2): the budget is stock's."""
+    import vllm_ascend.worker.v2.model_runner as v2
+
+    mk = gpt_oss_like()
+    runner = object.__new__(v2.NPUModelRunner)
+    runner.vllm_config = mk.make_runner().vllm_config
+    assert MultiGroupBudgetAdapter().scale(stock_scale(), worker_of(mk, runner), 1 << 30) == 1 << 29
+    assert OVERLAY_BUDGET not in vars(runner)

@@ -33,19 +33,18 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from .. import envs
 from ..compat import ascend as facts
+from ..compat.ascend_releases import code_mismatch
 from ..compat.matrix import Installed, release_before
 from ..errors import UnsupportedSpecError
 from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
 from ..layout.interleaved_kv import interleaved_kv_views
-from ..logger import PREFIX, warn_once
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
 from ..strategies.bsh_attention import restate_bsh
 from ..strategies.sparse_mla import normalize_legacy_specs
 from .ascend_binding import bind_every_layer
-from .ascend_overlay import overlay_plan, overlay_wanted, published_code
+from .ascend_overlay import overlay_plan, overlay_wanted
 from .base import RunnerAdapter, allocate_bytes
 
 #: Prefill/decode disaggregation: KV transfer engines need 2 MiB aligned buffers.
@@ -120,7 +119,8 @@ class AscendAdapter(RunnerAdapter):
         (:func:`~vllm_kv_strategies.compat.ascend_releases.code_mismatch`): in
         ``auto`` a changed install stays stock with one warning; ``on`` and
         ``observe`` patch it, warning once."""
-        return published_code(self.target, module) and super().patch(module)
+        version = Installed.detect().vllm_ascend
+        return self.patch_published(module, code_mismatch(module, version) if version is not None else None)
 
     def replacements(self) -> dict[str, Any]:
         """The installed release's methods: each complete initialisation (0.11
@@ -287,20 +287,3 @@ class AscendAdapter(RunnerAdapter):
             }[lp.family](views)
         return kv_caches
 
-
-class AscendV2Adapter(RunnerAdapter):
-    """vllm-ascend 0.30's Model Runner V2: stock builds the KV cache; one
-    warning per worker says so (the strategies do not build V2's layouts yet)."""
-
-    target = facts.ASCEND_V2
-
-    def replacements(self) -> dict[str, Any]:
-        return {"NPUModelRunner.initialize_kv_cache": self.initialize_kv_cache}
-
-    def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
-        result = stock(runner, *args, **kwargs)
-        warn_once(
-            f"{PREFIX} {type(runner).__qualname__} (Ascend Model Runner V2) built its KV cache stock: "
-            "the plugin does not build Ascend V2's KV cache yet and did nothing in this worker"
-        )
-        return result

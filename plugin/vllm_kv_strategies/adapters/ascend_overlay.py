@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import envs, patching
+from .. import patching
 from ..compat import ascend as facts
-from ..compat.ascend_releases import BUDGET_FINGERPRINTS, BUDGET_METHODS, code_mismatch
+from ..compat.ascend_releases import budget_code_mismatch
 from ..compat.matrix import Installed
 from ..errors import KVCacheLayoutError, UnscaledBudgetError
 from ..layout.ascend import TensorLayout
@@ -90,32 +90,15 @@ def overlay_plan(
     return layout, shapes
 
 
-def published_code(target: Any, module: Any, **fingerprint: Any) -> bool:
-    """Whether to patch ``module`` for ``target``: its code is the published
-    release's (:func:`~vllm_kv_strategies.compat.ascend_releases.code_mismatch`
-    with ``fingerprint``'s class, methods and table), or the switch is ``on`` /
-    ``observe`` (one warning); in ``auto`` a changed install stays stock with
-    one warning."""
-    version = Installed.detect().vllm_ascend
-    mismatch = code_mismatch(module, version, **fingerprint) if version is not None else None
-    if mismatch is None:
-        return True
-    if envs.KV_STRATEGIES == "auto":
-        warn_once(f"{PREFIX} {mismatch}; {target.runner} stays stock (KV_STRATEGIES=on patches it anyway)")
-        return False
-    warn_once(f"{PREFIX} {mismatch}; patching it anyway (KV_STRATEGIES={envs.KV_STRATEGIES})")
-    return True
-
-
 class MultiGroupBudgetAdapter(RunnerAdapter):
     """Wraps ``NPUWorker._scale_kv_cache_memory_for_multi_group`` (vllm-ascend 0.30)."""
 
     target = facts.MULTI_GROUP_BUDGET
 
     def patch(self, module: Any) -> bool:
-        """Patch only the published code (:func:`published_code`)."""
-        return published_code(self.target, module, class_name="NPUWorker", methods=BUDGET_METHODS,
-                              table=BUDGET_FINGERPRINTS) and super().patch(module)
+        """Patch only the published code (:func:`~vllm_kv_strategies.compat.ascend_releases.budget_code_mismatch`)."""
+        version = Installed.detect().vllm_ascend
+        return self.patch_published(module, budget_code_mismatch(module, version) if version is not None else None)
 
     def replacements(self) -> dict[str, Any]:
         return {"NPUWorker._scale_kv_cache_memory_for_multi_group": self.scale}

@@ -29,6 +29,7 @@ from .ascend_strided import (  # noqa: F401  (re-exported: vLLM 0.30's strided f
 from .ascend_targets import (  # noqa: F401  (re-exported: the patch declarations)
     _SPLIT_INIT_FROM,
     ASCEND_V2,
+    ASCEND_V2_ALLOCATION,
     HYBRID_SIZING,
     MULTI_GROUP_BUDGET,
     SPLIT_INIT,
