@@ -134,12 +134,12 @@ def test_a_mamba_layer_not_named_linear_attn_is_built_where_stock_fails():
     assert conv.untyped_storage().nbytes() == 8 * 17920
 
 
-def test_sparse_attention_is_refused_by_name_before_allocating(monkeypatch):
-    mk = rf.deepseek_v32(num_blocks=cases.N)
+def test_padded_hybrid_is_refused_by_name_before_allocating(monkeypatch):
+    mk = rf.t_hyb_toy()
     runner = mk.make_runner()
     monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
     stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
-    with pytest.raises(UnsupportedSpecError, match=r"sparse attention \(SFA\), SFA indexer caches \(AscendMLAAttentionSpec, AscendSFAIndexerCacheSpec\)"):
+    with pytest.raises(UnsupportedSpecError, match=r"padded attention pages of FullAttentionSpec \(FullAttentionSpec, MambaSpec\)"):
         AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(mk.kv_cache_config),
                                                    **rf.stock_kwargs(runner, mk.kv_cache_config))
 
@@ -162,7 +162,7 @@ def test_auto_fallback_hands_stock_every_argument(monkeypatch, kv_log):
     """In auto a refused config is stock's exactly, with one warning naming why, and stock
     gets kernel_block_sizes and kv_cache_allocation_context as its caller passed them."""
     monkeypatch.setenv("KV_STRATEGIES", "auto")
-    mk = rf.deepseek_v32(num_blocks=cases.N)
+    mk = rf.t_hyb_toy()
     _, want = stock_build(mk)
     runner = mk.make_runner()
     config = copy.deepcopy(mk.kv_cache_config)
@@ -179,7 +179,7 @@ def test_auto_fallback_hands_stock_every_argument(monkeypatch, kv_log):
     assert seen == {"args": (), "kwargs": kw} and pool.entered == 1
     [warning] = kv_log.at(logging.WARNING)
     assert warning.startswith("kv_strategies: falling back to stock KV cache for all layers: the strategies do not "
-                              "build the vllm-ascend 0.30 layouts of sparse attention (SFA)")
+                              "build the vllm-ascend 0.30 layouts of padded attention pages of FullAttentionSpec")
 
 
 def test_the_plugin_allocates_inside_sleep_modes_pool(monkeypatch):
@@ -231,7 +231,9 @@ PLAIN_RUNNER = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=Simpl
     ("runner", "specs", "named"),
     [
         (SimpleNamespace(dcp_size=2), {"a.attn": _attn()}, "decode context parallelism"),
-        (SimpleNamespace(use_sparse=True), {"a.attn": _attn()}, "sparse attention (SFA)"),
+        (PLAIN_RUNNER, {"a.attn": rf.AscendMLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576,
+                                                            dtype=torch.bfloat16, cache_sparse_sfa_c8=True)},
+         "packed SFA C8 / TurboQuant main caches"),
         (SimpleNamespace(use_compress=True), {"a.attn": _attn()}, "compressed KV cache (use_compress)"),
         (SimpleNamespace(sparse_kv_offload_enabled=True), {"a.attn": _attn()}, "sparse KV offload (store_on_host)"),
         (SimpleNamespace(ascend_config=SimpleNamespace(kvpp_config=SimpleNamespace(size=2))), {"a.attn": _attn()}, "KVPP"),

@@ -62,12 +62,12 @@ ON_030 = R >= (0, 30)
 #: Skip reasons on vllm-ascend 0.30 (one per reason).
 SPARSE_030 = (
     "vllm-ascend 0.30 has no sparse_head_dim MLA spec (runner_factory.deepseek_v32 builds 0.18-0.23's): "
-    "the SFA indexer is AscendSFAIndexerCacheSpec on a layer of its own, and the plugin refuses sparse "
-    "attention by name (use_sparse: 'sparse attention (SFA)'); stock builds it"
+    "the SFA indexer is AscendSFAIndexerCacheSpec on a layer of its own, which the sfa_indexer kind builds "
+    "as stock (tests/ascend/test_sfa_030.py)"
 )
 HYBRID_030 = (
-    "vllm-ascend 0.30: a hybrid (Mamba + attention) config is one page-strided backing, which the plugin "
-    "refuses by name before allocating (stock builds it; test_public_cases.test_hybrid_backing_is_refused_by_name_030)"
+    "vllm-ascend 0.30: a hybrid (Mamba + attention) config is one page-strided backing, laid out as stock's "
+    "(tests/ascend/test_overlay_030.py, test_public_cases.test_hybrid_backing_is_stocks_030), not 0.23's form"
 )
 NO_KV_CACHE_DTYPE_030 = (
     "vllm-ascend 0.30's AscendConfig rejects additional_config kv_cache_dtype (pydantic: unexpected "

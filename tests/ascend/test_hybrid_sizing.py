@@ -72,8 +72,8 @@ only_legacy_sizing = pytest.mark.skipif(
 #: Skip reason on vllm-ascend 0.30.
 HYBRID_030 = (
     "vllm-ascend 0.30: a hybrid (Mamba + attention) config is one page-strided backing, which the plugin "
-    "refuses by name before allocating (unbuilt_layout_reason: 'a hybrid (Mamba + attention) shared "
-    "backing'; stock builds it), and 0.30 has no vllm-ascend hybrid sizing (vLLM's _align_hybrid_block_size)"
+    "builds as stock (tests/ascend/test_overlay_030.py), not 0.23's form these tests check, and 0.30 has "
+    "no vllm-ascend hybrid sizing (vLLM's _align_hybrid_block_size)"
 )
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 MiB = 1 << 20

@@ -67,8 +67,7 @@ HYBRID_REFUSED_030 = (
 )
 NO_SPARSE_HEAD_DIM_030 = (
     "vllm-ascend 0.30's AscendMLAAttentionSpec has no sparse_head_dim: the SFA indexer is its own "
-    "layer's AscendSFAIndexerCacheSpec, refused by name (strategies.REFUSED_SPEC_CLASSES; "
-    "use_sparse: 'sparse attention (SFA)')"
+    "layer's AscendSFAIndexerCacheSpec, which the sfa_indexer kind builds as stock (tests/ascend/test_sfa_030.py)"
 )
 LAYER_BYTES_FROM_PAGES_030 = (
     "vllm-ascend 0.30: a layer's bytes are num_blocks x its own page (stock's "

@@ -69,9 +69,9 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
     Refused: hybrids (Mamba + attention in one shared backing, page-strided
     states), layerwise KV cache reuse (zero-stride tensors), sparse KV offload
     (``store_on_host``), KVPP, xlite graphs, decode context parallelism,
-    sparse (SFA) and compressed caches, page-strided specs
+    packed SFA C8 / TurboQuant main caches, compressed caches, page-strided specs
     (``indexes_kv_by_block_stride``), packed pages (``state_content_bytes``:
-    C8 MXFP) and C8 MXFP attention, SFA indexer caches, padded attention
+    C8 MXFP) and C8 MXFP attention, padded attention
     pages, the hidden-state cache, DeepSeek V4 / V4.1, step3p5 / step3p7.
     A spec class no strategy serves is refused by the planner.
     """
@@ -95,8 +95,8 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
         found.append("xlite graphs")
     if getattr(runner, "dcp_size", 1) > 1:
         found.append("decode context parallelism")
-    if getattr(runner, "use_sparse", False):
-        found.append("sparse attention (SFA)")
+    if any(getattr(s, "cache_sparse_sfa_c8", False) or getattr(s, "cache_sparse_sfa_turboquant", False) for s in specs.values()):
+        found.append("packed SFA C8 / TurboQuant main caches")
     if getattr(runner, "use_compress", False):
         found.append("compressed KV cache (use_compress)")
     if model_type in ("deepseek_v4", "deepseek_v41", "step3p5", "step3p7"):
@@ -109,8 +109,6 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
             found.append(f"page-strided {name} (indexes_kv_by_block_stride)")
         elif getattr(spec, "state_content_bytes", None):
             found.append(f"packed pages of {name} (state_content_bytes: C8 MXFP)")
-        elif name == "AscendSFAIndexerCacheSpec":
-            found.append("SFA indexer caches")
         elif name in ("HiddenStateCacheSpec", "AscendSlidingWindowMLASpec", "AscendIndexerKPoolTailSpec"):
             found.append(name)
         elif not _is_mamba(spec) and spec.page_size_bytes != getattr(spec, "real_page_size_bytes", spec.page_size_bytes):

@@ -10,6 +10,7 @@ from .hidden_state import HiddenStateStrategy
 from .mamba import MambaStrategy
 from .mla import MLAStrategy
 from .quant_attention import QuantAttentionStrategy
+from .sfa_indexer import SFAIndexerStrategy
 from .sparse_mla import SparseMLAStrategy
 from .sparse_mla_c8 import SparseMLAC8Strategy
 
@@ -25,6 +26,7 @@ BUILTIN_STRATEGIES: tuple[type[KVCacheStrategy], ...] = (
     DSMLAStrategy,
     SparseMLAC8Strategy,
     SparseMLAStrategy,
+    SFAIndexerStrategy,
     MambaStrategy,
     HiddenStateStrategy,
 )
@@ -39,10 +41,6 @@ REFUSED_SPEC_CLASSES: dict[str, str] = {
     "HiSparseHotSpec": "HiSparse device pool: laid out by vLLM's hisparse binding, not by KV cache tensors",
     "HiSparseResidentSpec": "HiSparse host-resident pool: laid out by vLLM's hisparse binding",
     "TQFullAttentionSpec": "TurboQuant packed K/V slots: no layout is defined for its packed page",
-    "AscendSFAIndexerCacheSpec": (
-        "vllm-ascend 0.30's SFA indexer layer cache (a layer of its own beside the MLA layer: (k,) or "
-        "(k, scale) co-allocated): no strategy builds it yet"
-    ),
     "AscendIndexerKPoolTailSpec": (
         "GLM-5-next's indexer kpool tail (vllm-ascend 0.30): a per-request circular fp32 tail inside a "
         "page-strided buffer, not paged blocks"
@@ -71,5 +69,6 @@ __all__ = [
     "PagePart",
     "QuantAttentionStrategy",
     "SparseMLAC8Strategy",
+    "SFAIndexerStrategy",
     "SparseMLAStrategy",
 ]
