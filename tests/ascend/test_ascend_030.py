@@ -242,11 +242,9 @@ PLAIN_RUNNER = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=Simpl
         (SimpleNamespace(model_config=SimpleNamespace(hf_text_config=SimpleNamespace(model_type="deepseek_v4"))),
          {"a.attn": _attn()}, "deepseek_v4 KV cache"),
         (PLAIN_RUNNER, {"a.attn": _attn(state_content_bytes=2 * 64 * 2 + 8)},
-         "packed pages of FullAttentionSpec (state_content_bytes: C8 MXFP)"),
+         "packed pages of FullAttentionSpec (state_content_bytes) outside C8 MXFP attention"),
         (PLAIN_RUNNER, {"a.attn": _attn(page_size_padded=_attn().page_size_bytes * 2)},
          "padded attention pages of FullAttentionSpec"),
-        (SimpleNamespace(_is_c8_mxfp_kv_cache=lambda spec: True), {"a.attn": _attn()},
-         "C8 MXFP attention (--kv-cache-dtype mxfp8)"),
     ],
 )
 def test_unbuilt_layouts_are_named(runner, specs, named):

@@ -39,6 +39,7 @@ from ..compat.matrix import Installed, release_before
 from ..errors import UnsupportedSpecError
 from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
 from ..layout.interleaved_kv import interleaved_kv_views
+from ..layout.packets import c8_mxfp_views
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
 from ..strategies.bsh_attention import restate_bsh
@@ -267,6 +268,9 @@ class AscendAdapter(RunnerAdapter):
         on_npu = getattr(runner.device, "type", None) == "npu" and not facts.strided_form(plan.kv_cache_config)
         kv_caches: dict[str, Any] = {}
         for name, lp in plan.layers.items():
+            if lp.strategy.name == "c8_mxfp":  # a packet per kernel block: (k, v, k_scale, v_scale)
+                kv_caches[name] = c8_mxfp_views(raws[name], lp.spec, plan.kv_cache_config.num_blocks, kernel.get(name))
+                continue
             if name in decided.kv_shapes:
                 kv_caches[name] = interleaved_kv_views(raws[name], lp.spec.dtype, decided.kv_shapes[name])
                 continue

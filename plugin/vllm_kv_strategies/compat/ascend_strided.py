@@ -70,8 +70,8 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
     states), layerwise KV cache reuse (zero-stride tensors), sparse KV offload
     (``store_on_host``), KVPP, xlite graphs, decode context parallelism,
     packed SFA C8 / TurboQuant main caches, compressed caches, page-strided specs
-    (``indexes_kv_by_block_stride``), packed pages (``state_content_bytes``:
-    C8 MXFP) and C8 MXFP attention, padded attention
+    (``indexes_kv_by_block_stride``), packed pages (``state_content_bytes``)
+    outside C8 MXFP attention, padded attention
     pages, the hidden-state cache, DeepSeek V4 / V4.1, step3p5 / step3p7.
     A spec class no strategy serves is refused by the planner.
     """
@@ -103,19 +103,19 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
         found.append(f"{model_type} KV cache")
     if is_hybrid(kv_cache_config) and not overlay:
         found.append("a hybrid (Mamba + attention) shared backing")
+    check_mxfp = getattr(runner, "_is_c8_mxfp_kv_cache", None)
     for spec in specs.values():
         name = type(spec).__name__
+        if check_mxfp is not None and check_mxfp(spec):
+            continue  # C8 MXFP packets: the c8_mxfp kind (or the planner refuses the spec by name)
         if getattr(spec, "indexes_kv_by_block_stride", False):
             found.append(f"page-strided {name} (indexes_kv_by_block_stride)")
         elif getattr(spec, "state_content_bytes", None):
-            found.append(f"packed pages of {name} (state_content_bytes: C8 MXFP)")
+            found.append(f"packed pages of {name} (state_content_bytes) outside C8 MXFP attention")
         elif name in ("HiddenStateCacheSpec", "AscendSlidingWindowMLASpec", "AscendIndexerKPoolTailSpec"):
             found.append(name)
         elif not _is_mamba(spec) and spec.page_size_bytes != getattr(spec, "real_page_size_bytes", spec.page_size_bytes):
             found.append(f"padded attention pages of {name}")
-    check_mxfp = getattr(runner, "_is_c8_mxfp_kv_cache", None)
-    if check_mxfp is not None and any(check_mxfp(s) for s in specs.values()):
-        found.append("C8 MXFP attention (--kv-cache-dtype mxfp8)")
     if not found:
         return None
     return (

@@ -3,6 +3,7 @@ classes no strategy lays out (refused, with the reason)."""
 
 from .base import Field, KVCacheStrategy, LayoutFamily, ModelDims, PagePart
 from .bsh_attention import BSHAttentionStrategy
+from .c8_mxfp import C8MXFPStrategy
 from .ds_mla import DSMLAStrategy
 from .fa_quant_mla import FAQuantMLAStrategy
 from .full_attention import FullAttentionStrategy
@@ -20,6 +21,7 @@ from .sparse_mla_c8 import SparseMLAC8Strategy
 BUILTIN_STRATEGIES: tuple[type[KVCacheStrategy], ...] = (
     FullAttentionStrategy,
     QuantAttentionStrategy,
+    C8MXFPStrategy,
     BSHAttentionStrategy,
     MLAStrategy,
     FAQuantMLAStrategy,
@@ -54,6 +56,7 @@ NOT_LAYER_SPECS: frozenset[str] = frozenset({"KVCacheSpec", "AttentionSpec", "Un
 __all__ = [
     "BSHAttentionStrategy",
     "BUILTIN_STRATEGIES",
+    "C8MXFPStrategy",
     "DSMLAStrategy",
     "FAQuantMLAStrategy",
     "Field",
