@@ -15,10 +15,10 @@
 * ``torchvision``: package stub (transformers' Qwen2-VL processors import
   ``torchvision.transforms.v2``; the PyPI torchvision wheel needs CUDA ops and cannot load here).
 * ``torchair``: package stub, only for the versions that import it (0.18.0 and 0.11.0).
-* ``acl``: package stub, 0.13.0 - 0.30.0 (CANN's Python runtime):
+* ``acl``: package stub, every release (CANN's Python runtime):
   ``vllm_ascend/device_allocator/camem.py`` does ``from acl.rt import memcpy`` and
-  ``vllm_ascend/worker/worker.py`` imports camem (0.30 imports the worker on its own; the sleep
-  mode tests import it on 0.13 - 0.23). ``fla_npu``: package stub, 0.30.0 only (the Ascend flash-linear-attention
+  the worker (``vllm_ascend/worker/worker.py``; 0.11 ``worker_v1.py``) imports camem (0.30
+  imports the worker on its own; the sleep mode tests import it on 0.11 - 0.23). ``fla_npu``: package stub, 0.30.0 only (the Ascend flash-linear-attention
   kernels): ``vllm_ascend/ops/gdn.py`` (reached from ``vllm_ascend.patch.worker`` through
   ``patch_qwen3_5``), ``ops/kda.py``, ``ops/kimi_kda.py`` import ``fla_npu.ops.ascendc``.
   0.30.0rc2 never imports ``triton_ascend`` itself (it looks up triton-ascend's ops through
@@ -52,7 +52,7 @@ _ROOTS_BY_VERSION = {
     "0.23.0": ("torch_npu", "torchvision", "acl"),
     "0.18.0": ("torch_npu", "torchvision", "torchair", "acl"),
     "0.13.0": ("torch_npu", "torchvision", "acl"),
-    "0.11.0": ("torch_npu", "torchair"),
+    "0.11.0": ("torch_npu", "torchair", "acl"),
 }
 STUB_ROOTS: tuple[str, ...] = ()
 

@@ -43,7 +43,12 @@ BUILDERS = {
 }
 if not ON_030:
     BUILDERS.update(deepseek_v32=rf.deepseek_v32, qwen3_next=lambda: rf.qwen3_next(plugin_sizing=True), t_hyb_toy=rf.t_hyb_toy)
-MODELS = list(BUILDERS)
+MODELS = [
+    pytest.param(name, marks=pytest.mark.skipif(
+        R < (0, 13), reason="stock 0.11 fails on sliding-window layers ('Unknown KV cache spec type'): nothing to compare"))
+    if name == "sliding_window_beside_full" else name
+    for name in BUILDERS
+]
 
 
 class NPUDevice:
@@ -157,7 +162,7 @@ def _worker(camem_allocator_cls, runner, build):
     """A stand-in ``self`` for the release's real ``NPUWorker.initialize_from_config`` with
     sleep mode on; its model runner's ``initialize_kv_cache`` runs ``build`` (the release's
     ``initialize_kv_cache_tensors``, stock's or the plugin's) with the context it gets (0.30)."""
-    worker_mod = importlib.import_module("vllm_ascend.worker.worker")
+    worker_mod = importlib.import_module("vllm_ascend.worker.worker_v1" if R < (0, 13) else "vllm_ascend.worker.worker")
 
     def initialize_kv_cache(kv_cache_config, kv_cache_allocation_context=None):
         extra = {"kv_cache_allocation_context": kv_cache_allocation_context} if ON_030 else {}
@@ -198,7 +203,8 @@ def test_every_allocation_is_in_the_kv_cache_pool_as_stock_and_survives_sleep(mo
         in_pool = {ptr: data.tag for ptr, data in allocator.pointer_to_data.items()}
         storages = {t.untyped_storage().data_ptr() for value in kv.values() for t in value}
         assert storages and all(in_pool.get(ptr) == "kv_cache" for ptr in storages), (which, in_pool)
-        assert len(in_pool) == len(storages), f"{which}: pool allocations no cache views"
+        if which == "plugin":  # (stock 0.11 allocates hybrid buffers that no view uses)
+            assert len(in_pool) == len(storages), "the plugin allocated buffers that no cache views"
         before, bound = _views(kv), list(runner.kv_caches)
         allocator.sleep(offload_tags=("weights",))  # level 1: the KV cache is discarded
         assert all(bool((_bytes_of(t.untyped_storage()) == 0x5A).all()) for value in kv.values() for t in value)
