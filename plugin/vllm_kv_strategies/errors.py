@@ -19,6 +19,12 @@ class KVCacheLayoutError(KVStrategiesError, ValueError):
     """A KV cache config cannot be laid out: sizes, coverage or sharing are wrong."""
 
 
+class BeyondConfigError(KVCacheLayoutError):
+    """A layout would allocate more bytes than the ``KVCacheTensor`` s of the
+    config hold (vLLM sized ``num_blocks`` to fit those bytes in memory):
+    refused before anything is allocated."""
+
+
 class StockWouldFailError(KVCacheLayoutError):
     """The config is one stock would also fail on or corrupt: raised in every
     mode, before anything is allocated, instead of falling back."""

@@ -76,6 +76,8 @@ else:
         "test_hybrid_sizing.py",
         "test_never_worse.py",
         "test_zoo.py",
+        "test_within_config.py",
+        "test_device_as_stock.py",
     }
 
     #: Modules written for one release's forms (module -> that release); the modules in neither

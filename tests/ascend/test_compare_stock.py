@@ -21,9 +21,10 @@ the cases in :data:`PLUGIN_BYTES` / :data:`STOCK_BYTES`, where the exact numbers
   attention layer K/V of another (4x the tensor); 0.13 stock gives the attention layer K/V of
   its own (2x). The plugin allocates the tensor once where the states fit the K/V blocks
   (T-HYB, the ``-sized`` Qwen3-Next cases); at Qwen3-Next's stock 0.11 / 0.13 sizing (block 640
-  at TP1, 384 at TP4: a K page is not the ssm state) it gives the GDN layers one shared buffer
-  and the attention layer its K/V (2x): sharing all of it would alias attention block j with
-  Mamba block k != j, and K/V must stay contiguous.
+  at TP1, 384 at TP4: a K page is not the ssm state) sharing all of it would alias attention
+  block j with Mamba block k != j, and K/V of their own would exceed the config, so ``on``
+  raises ``BeyondConfigError`` before allocating and ``auto`` gives stock's build
+  (:data:`BEYOND_CONFIG`).
 * DeepSeek V3.2 on 0.11 / 0.13 (a FullAttentionSpec page of 2 x 576 per token): the layer uses
   nope 512 + rope 64 + indexer 128 = 704 of the 1152 reserved; 0.13 stock allocates the unused
   448 anyway (the indexer buffer is half the tensor), 0.11 stock and the plugin do not.
@@ -78,13 +79,14 @@ PLUGIN_BYTES = {
         (r, m): b
         for r in ((0, 11), (0, 13))
         for m, b in (
-            ("qwen3-next-tp1", 125_829_120),  # 12 x (Mamba 5,242,880 + K 2,621,440 + V 2,621,440)
-            ("qwen3-next-tp4", 37_748_736),  # 12 x (1,572,864 + 786,432 + 786,432)
             ("deepseek-v3.2-tp1", 43_974_656),  # 61 x 4 x 128 x (512 + 64 + 128) x 2
             ("deepseek-v3.2-tp4", 43_974_656),
         )
     },
 }
+#: (release, model): refused by name (K/V of their own would exceed the config; stock allocates
+#: them: 0.13 2x, 0.11 4x the config), stock's build in auto.
+BEYOND_CONFIG = {(r, m) for r in ((0, 11), (0, 13)) for m in ("qwen3-next-tp1", "qwen3-next-tp4")}
 #: (release, model, kv_transfer) -> stock bytes, where not the plugin's.
 STOCK_BYTES = {
     ((0, 11), "qwen3-next-tp1", False): 251_658_240,  # 12 x (3 x 5,242,880 + 2 x 2,621,440)
@@ -163,6 +165,24 @@ def _shared_030(name, model, kv_transfer, bytes_table):
     bytes_table.append((name, kv_transfer, plain, plain, plain))
 
 
+def _beyond_config(model, stock, kv_transfer, monkeypatch, kv_log, bytes_table, name):
+    """0.11 / 0.13 at stock hybrid sizing: ``on`` raises BeyondConfigError before allocating;
+    ``auto`` gives stock's build, with one warning naming the tensor."""
+    from vllm_kv_strategies.errors import BeyondConfigError
+
+    config = model.kv_cache_config
+    size = config.kv_cache_tensors[0].size
+    with pytest.raises(BeyondConfigError, match=f"KV cache tensor 0 \\({size} bytes.* would take {2 * size} bytes"):
+        ours_init(model.make_runner(kv_transfer=kv_transfer), copy.deepcopy(config))
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    ours = ours_init(model.make_runner(kv_transfer=kv_transfer), copy.deepcopy(config))
+    assert layout_signature(ours) == layout_signature(stock)
+    [warning] = kv_log.at(logging.WARNING)
+    assert "falling back to stock" in warning and "would take" in warning
+    required = sum(t.size for t in config.kv_cache_tensors)
+    bytes_table.append((name, kv_transfer, sum(storages(stock).values()), sum(storages(ours).values()), required))
+
+
 def _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table):
     """0.30, a config the plugin does not build: in ``on`` UnsupportedSpecError naming the
     feature before anything is allocated or bound; in ``auto`` stock's build, one warning."""
@@ -208,6 +228,8 @@ def _built_030(name, model, kv_transfer, bytes_table):
     config = model.kv_cache_config
     stock_runner, ours_runner = model.make_runner(kv_transfer=kv_transfer), model.make_runner(kv_transfer=kv_transfer)
     stock = stock_init(stock_runner, copy.deepcopy(config))
+    if (R, name) in BEYOND_CONFIG:
+        return _beyond_config(model, stock, kv_transfer, monkeypatch, kv_log, bytes_table, name)
     ours = ours_init(ours_runner, copy.deepcopy(config))
 
     assert ours.keys() == stock.keys() and len(ours) == num_layers
@@ -264,6 +286,8 @@ def test_plugin_equals_stock(name, kv_transfer, bytes_table, monkeypatch, kv_log
     config = model.kv_cache_config
     stock_runner, ours_runner = model.make_runner(kv_transfer=kv_transfer), model.make_runner(kv_transfer=kv_transfer)
     stock = stock_init(stock_runner, copy.deepcopy(config))
+    if (R, name) in BEYOND_CONFIG:
+        return _beyond_config(model, stock, kv_transfer, monkeypatch, kv_log, bytes_table, name)
     ours = ours_init(ours_runner, copy.deepcopy(config))
 
     assert ours.keys() == stock.keys()

@@ -19,8 +19,8 @@ name and stock builds it.
 With ``kv_transfer_config`` set every raw buffer's ``data_ptr`` is a multiple
 of 2 MiB (over-allocated by 2 MiB and sliced); without it nothing is padded.
 Attention views go through the runner's format cast where the release has one
-(0.11); on 0.13 - 0.23, on an NPU, each view is cast to ND with
-``torch_npu.npu_format_cast``; on 0.30 none is cast (as stock). Binding keeps every layer: all of them are in
+(0.11); no other release's stock casts a KV cache view, and neither does the
+plugin (:func:`~vllm_kv_strategies.compat.ascend.format_converter`). Binding keeps every layer: all of them are in
 ``runner.kv_caches`` (ordered by layer index, then as the config lists them)
 and bound to their attention modules, also draft/MTP layers that share a layer
 index with a target layer, which the binder vllm-ascend 0.23 installs
@@ -50,8 +50,6 @@ from .base import RunnerAdapter, allocate_bytes
 
 #: Prefill/decode disaggregation: KV transfer engines need 2 MiB aligned buffers.
 TRANSFER_ALIGNMENT = 2 * 1024 * 1024
-#: torch_npu's ACL format id of ND.
-ACL_FORMAT_ND = 2
 
 
 @dataclass(frozen=True)
@@ -173,7 +171,8 @@ class AscendAdapter(RunnerAdapter):
             kernel, interleaved = self._kernel_block_sizes(runner), frozenset()
         stock_shares = not release_before(Installed.detect().vllm_ascend, "0.13.0")
         layouts, hybrid = plan_layout(
-            plan, facts.mamba_states_interleaved(), kernel, stock_shares, facts.coallocated_groups(), interleaved
+            plan, facts.mamba_states_interleaved(), kernel, stock_shares, facts.coallocated_groups(), interleaved,
+            facts.stock_shares_hybrid_tensors(),
         )
         n = plan.kv_cache_config.num_blocks
         shapes = {  # asked of the backends now, so a shape they do not give falls back before allocating
@@ -263,9 +262,7 @@ class AscendAdapter(RunnerAdapter):
         # page by page in vLLM's overlay (0.30) and on 0.11; else state after state
         interleaved = facts.mamba_states_interleaved() or any(layout.regions for layout in decided.layouts)
         kv_page = {lp.name: layout.kv_page for layout in decided.layouts for lp in layout.layers}
-        convert = facts.format_converter(runner)
-        # stock 0.30 casts no view (the ND cast on 0.13 - 0.23 is issue 22's to settle)
-        on_npu = getattr(runner.device, "type", None) == "npu" and not facts.strided_form(plan.kv_cache_config)
+        convert = facts.format_converter(runner)  # 0.11's cast; stock casts no view on 0.13+
         kv_caches: dict[str, Any] = {}
         for name, lp in plan.layers.items():
             if lp.strategy.name == "c8_mxfp":  # a packet per kernel block: (k, v, k_scale, v_scale)
@@ -277,13 +274,8 @@ class AscendAdapter(RunnerAdapter):
             views = layer_views(
                 lp, raws[name], plan.kv_cache_config.num_blocks, kernel.get(name), interleaved, kv_page.get(name)
             )
-            if convert is not None:
-                if lp.family is LayoutFamily.PER_PART:  # as the release's runner: attention views only
-                    views = [convert(v) for v in views]
-            elif on_npu:
-                import torch_npu  # only ever imported on an NPU
-
-                views = [torch_npu.npu_format_cast(v, ACL_FORMAT_ND) for v in views]
+            if convert is not None and lp.family is LayoutFamily.PER_PART:  # as 0.11's runner: attention views only
+                views = [convert(v) for v in views]
             kv_caches[name] = {
                 LayoutFamily.PER_PART: tuple,
                 LayoutFamily.STATES: list,
