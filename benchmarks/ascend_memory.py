@@ -47,7 +47,7 @@ logging.getLogger("vllm.kv_strategies").setLevel(logging.WARNING)  # no summary 
 
 from vllm_kv_strategies import patching  # noqa: E402
 from vllm_kv_strategies.adapters.ascend import AscendAdapter  # noqa: E402
-from vllm_kv_strategies.errors import UnsupportedSpecError  # noqa: E402
+from vllm_kv_strategies.errors import KVStrategiesError  # noqa: E402
 from vllm_kv_strategies.report import build_report  # noqa: E402
 
 #: name -> build(num_blocks, plugin_sizing): plugin_sizing=True sizes the config as the front-end
@@ -80,7 +80,7 @@ def measure(model, fn, transfer: bool) -> dict:
     config = copy.deepcopy(model.kv_cache_config)
     try:
         plan = AscendAdapter().plan_runner(runner, copy.deepcopy(config)).plan
-    except UnsupportedSpecError as exc:
+    except KVStrategiesError as exc:  # refused by name (0.30 kinds; a hybrid beyond the config on 0.11 / 0.13)
         plan = None
         if fn is plugin:
             return {"refused": str(exc)[:300]}
@@ -231,7 +231,7 @@ def main() -> None:
     print()
     print("| model | stock init (ms, median) | plugin init (ms, median) | plugin / stock |")
     print("|---|---|---|---|")
-    for name, build in (("DeepSeek-V3 (61 layers)", lambda: rf.deepseek_v3(num_blocks=64)), ("Qwen3-Next-80B-A3B (48 layers)", lambda: rf.qwen3_next(tp=4, num_blocks=16))):
+    for name, build in (("DeepSeek-V3 (61 layers)", lambda: rf.deepseek_v3(num_blocks=64)), ("Qwen3-Next-80B-A3B (48 layers)", lambda: rf.qwen3_next(tp=4, num_blocks=16, plugin_sizing=True))):
         model = build()
         try:
             s = init_time(model, stock, repeats)
@@ -240,7 +240,7 @@ def main() -> None:
             print(f"stock failed: {exc}")
         try:
             p = init_time(model, plugin, repeats)
-        except UnsupportedSpecError as exc:  # vllm-ascend 0.30: refused by name, stock builds it
+        except KVStrategiesError as exc:  # refused by name, stock builds it
             print(f"| {name} | {s * 1e3:.1f} | refused: {exc} | |")
             results["init_time"].append({"model": name, "stock_s": s, "refused": str(exc)[:300], "repeats": repeats})
             continue

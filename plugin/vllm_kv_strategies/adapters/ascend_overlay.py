@@ -30,6 +30,7 @@ from ..compat.ascend_releases import budget_code_mismatch
 from ..compat.matrix import Installed
 from ..errors import KVCacheLayoutError, UnscaledBudgetError
 from ..layout.ascend import TensorLayout
+from ..layout.budget import check_within_config
 from ..layout.strided import backing_bytes, layer_regions, private_bytes
 from ..logger import PREFIX, logger, warn_once
 from ..plan import KVCachePlan
@@ -87,6 +88,7 @@ def overlay_plan(
     layers = tuple(plan.layers.values())
     layout = TensorLayout(0, layers, (backing_bytes(kv_cache_config),), True,
                           regions=tuple((regions[lp.name][0], n * pages[lp.name]) for lp in layers))
+    check_within_config([layout], kv_cache_config)  # one backing: never beyond the config
     return layout, shapes
 
 
