@@ -420,12 +420,6 @@ def test_the_schema_file_is_package_data():
     assert write.SCHEMA_VERSION == schema.SCHEMA_VERSION
 
 
-def test_three_paths_are_refused(reports):
-    shown = run_cli(reports["stock"], reports["plugin"], reports["stock"])
-    assert shown.returncode == 2
-    assert shown.stderr.splitlines()[-1].endswith("error: report takes one FILE or DIR, or two reports A B to compare")
-
-
 def test_two_processes_of_one_run_claiming_one_rank_are_flagged(reports, tmp_path):
     """As plugin 0.1.0 wrote data parallel engines: each engine's worker as rank 0."""
     data = json.loads(next(reports["deploy"].glob("kv_cache_report.2*.rank0.json")).read_text())

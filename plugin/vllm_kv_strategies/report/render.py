@@ -237,8 +237,10 @@ def deployment(directory: str, items: list[tuple[str, dict]]) -> tuple[str, bool
 
     Returns:
         the text, and whether anything is flagged: a rank missing (up to the
-        world size), a rank the plugin did not build, a rank two processes of
-        one run wrote, ranks from different runs or of different models.
+        world size), a rank stock built (the fallback; observe where other
+        ranks are not observed: a directory observed on every rank is not
+        flagged), a rank two processes of one run wrote, ranks from different
+        runs or of different models.
     """
     per_rank, found = latest_per_rank(items), len(items)
     reports = [r for _, r in per_rank.values()]
@@ -282,8 +284,11 @@ def deployment(directory: str, items: list[tuple[str, dict]]) -> tuple[str, bool
                      f"(world size {world}): the plugin did not run there (KV_STRATEGIES=off on that rank's node?) "
                      "or wrote elsewhere")
     flags += _claimed_twice(items)
+    observed = all(r["built_by"] == "stock_observed" for r in reports)
+    if observed:  # asked for: KV_STRATEGIES=observe on every rank
+        lines.append("every rank observed (KV_STRATEGIES=observe): stock built each KV cache, the plugin described it")
     for rank, (_, r) in per_rank.items():
-        if r["built_by"].startswith("stock"):
+        if r["built_by"].startswith("stock") and not observed:
             flags.append(f"rank {rank}: the plugin neither built nor checked this KV cache ({_built_by(r).removeprefix('built by ')})")
     runs: dict[str, list[int]] = {}
     for rank, (_, r) in per_rank.items():

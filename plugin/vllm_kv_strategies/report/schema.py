@@ -187,6 +187,8 @@ def load(path: str | os.PathLike) -> dict:
         raise ReportError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise ReportError(f"{path}: not a KV cache report (not UTF-8 text)") from None
+    if not text.strip():
+        raise ReportError(f"{path}: an empty file, not a KV cache report (a worker writing it right now, or a failed write)")
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -218,6 +220,14 @@ def load_dir(directory: str | os.PathLike) -> list[tuple[str, dict]]:
     except OSError as exc:
         raise ReportError(f"{directory}: cannot read it ({exc.strerror or exc})") from None
     if not names:
+        holding = report_subdirectories(directory)
+        if holding:
+            shown = [os.path.join(str(directory), d) for d in holding]
+            raise ReportError(
+                f"{directory}: no KV cache report in this directory; its subdirector{'y' if len(holding) == 1 else 'ies'} "
+                f"{', '.join(holding)} hold{'s' if len(holding) == 1 else ''} reports: name one "
+                f"(report {shown[0]})" + (f" or two to compare (report {shown[0]} {shown[1]})" if len(shown) > 1 else "")
+            )
         raise ReportError(
             f"{directory}: no KV cache report in this directory (files kv_cache_report.*.json, "
             f"written by vLLM workers with KV_STRATEGIES_REPORT={directory})"
@@ -232,6 +242,18 @@ def load_dir(directory: str | os.PathLike) -> list[tuple[str, dict]]:
         if key not in seen or named["latest"] is None:
             seen[key] = (path, report)
     return sorted(seen.values(), key=lambda item: (item[1]["totals"]["rank"], created(item[1], item[0])))
+
+
+def report_subdirectories(directory: str | os.PathLike) -> list[str]:
+    """The names of ``directory``'s subdirectories that hold report files (sorted)."""
+    found = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        try:
+            if entry.is_dir() and any(NAME_RE.match(n) for n in os.listdir(entry.path)):
+                found.append(entry.name)
+        except OSError:  # unreadable: not named
+            continue
+    return found
 
 
 def latest_per_rank(items: list[tuple[str, dict]]) -> dict[int, tuple[str, dict]]:

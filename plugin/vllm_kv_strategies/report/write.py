@@ -15,10 +15,8 @@ it (:data:`~.summary.BUILT_BY`).
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
-from datetime import datetime
 from typing import Any
 
 import torch
@@ -28,7 +26,8 @@ from ..compat.specs import has_strided_tensors, tensor_layers
 from ..compat.parallel import ParallelRanks, parallel_ranks
 from .._version import __version__
 from ..logger import PREFIX, logger
-from .schema import MARKER, SCHEMA_VERSION, file_name, iso, latest_name, utc_now
+from .files import run_id, write_report  # noqa: F401  (the writer's names: report.write_report)
+from .schema import MARKER, SCHEMA_VERSION, iso, utc_now
 from .addressed import Span, overlap, span
 from .specs import capacity, describe_groups, dtype_name, own_spec, spec_kind
 from .summary import BUILT_BY, KVCacheSummary
@@ -236,46 +235,6 @@ def build_report(
         "layers": layers,
         "buffers": [{"id": b["id"], "bytes": b["bytes"], "layers": b["layers"]} for b in storages.values()],
     }
-
-
-def run_id(when: datetime | None = None) -> str:
-    """A new run id: ``<UTC time>-<pid>`` of this process (see ``KV_STRATEGIES_RUN_ID``)."""
-    return f"{(when or utc_now()).strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}"
-
-
-def write_report(report: dict, directory: str) -> str:
-    """Write ``report`` to a new file in ``directory`` (created if needed) and
-    replace ``kv_cache_report.latest.rank<r>.json`` with a copy.
-
-    Returns:
-        the new file's path; never an earlier file's: the name holds the UTC
-        second, the pid and the rank, and a suffix ``-2``, ``-3`` ... when the
-        same process writes twice within a second.
-
-    Raises:
-        OSError: the directory or a file cannot be written.
-    """
-    os.makedirs(directory, exist_ok=True)
-    rank = report["totals"]["rank"]
-    when = datetime.strptime(report["created"], "%Y-%m-%dT%H:%M:%S.%fZ")
-    text = json.dumps(report, indent=1)
-    attempt = 1
-    while True:
-        path = os.path.join(directory, file_name(when, report["pid"], rank, attempt))
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            attempt += 1
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        break
-    latest = os.path.join(directory, latest_name(rank))
-    tmp = f"{latest}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, latest)  # readers never see a half-written latest file
-    return path
 
 
 def log_summary(
