@@ -196,11 +196,19 @@ def test_capacity_is_vllms_with_its_concurrency(monkeypatch, tmp_path, kv_log, v
     specs, modules = gemma3_like(12, window=64)
     vllm_config, config = make_config(specs, "LBHNC", 1 << 22)
     object.__setattr__(vllm_config, "model_config", SimpleNamespace(**vars(vllm_config.model_config), max_model_len=1024))
+    vllm_config.scheduler_config.max_num_batched_tokens = 64  # a sliding request then holds 63 + 64 tokens, not 1024
     config = plan_config(vllm_config, specs, 1 << 22)
     assert len(config.kv_cache_groups) > 1
     monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
     build(version, vllm_config, copy.deepcopy(config), list(specs), None, plugin=True, forward_context=modules)
-    t = latest(tmp_path)["totals"]
+    data = latest(tmp_path)
+    t = data["totals"]
+    per_group = {(g["specs"][0]["kind"], g["token_slots"], g["blocks_per_request"]) for g in data["kv_cache"]["groups"]}
+    full = [p for p in per_group if p[0] == "full_attention"]
+    assert full == [("full_attention", config.num_blocks * 16, 1024 // 16)]  # a 1024-token request: 64 blocks
+    assert {(k, slots) for k, slots, _ in per_group} == {("full_attention", config.num_blocks * 16), ("sliding_window", config.num_blocks * 16)}
+    # the window caps them (vLLM 0.32: cdiv(63 + 64, 16) + 1 = 9 blocks)
+    assert all(0 < n < 64 for k, _, n in per_group if k == "sliding_window"), per_group
     if hasattr(kv_cache_utils, "get_kv_cache_capacity"):
         tokens, concurrency = kv_cache_utils.get_kv_cache_capacity(vllm_config, config)
     else:

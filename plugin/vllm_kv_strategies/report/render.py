@@ -103,9 +103,10 @@ def render(report: dict, path: str) -> str:
         for group in report["kv_cache"]["groups"]:
             for spec in group["specs"]:
                 lines.append(f"  group {group['id']}: {_spec_line(spec)}")
-    lines.append(f"{'layer':48} {'kind':24} {'strategy':14} views (shape dtype @buffer+offset)")
+    width = max([24] + [len(e.get("kind") or e["spec_type"] or "-") for e in report["layers"].values()])
+    lines.append(f"{'layer':48} {'kind':{width}} {'strategy':14} views (shape dtype @buffer+offset)")
     for name, entry in report["layers"].items():
-        lines.append(f"{name:48} {entry.get('kind') or entry['spec_type'] or '-':24} {entry['strategy'] or '-':14} {_views(entry)}")
+        lines.append(f"{name:48} {entry.get('kind') or entry['spec_type'] or '-':{width}} {entry['strategy'] or '-':14} {_views(entry)}")
     lines.append("")
     for key in TOTALS:
         lines.append(f"{key:20} {_num(t[key]):>16}")

@@ -138,3 +138,21 @@ def capacity(vllm_config: Any, kv_cache_config: Any) -> tuple[int, float, int] |
         return int(tokens), float(concurrency), int(max_model_len)
     except Exception:  # described without it: the line and report say "not known"
         return None
+
+
+def group_capacity(vllm_config: Any, kv_cache_config: Any, groups: list[dict]) -> None:
+    """Add to each described group (:func:`describe_groups`) its ``token_slots``
+    (``num_blocks`` x its block size) and, where vLLM can say, its
+    ``blocks_per_request``: the blocks one ``max_model_len`` request takes from
+    the pool in that group (``cdiv(max_memory_usage_bytes, page_size_bytes)``,
+    as vLLM's ``get_max_concurrency_for_kv_cache_config`` counts them; a
+    sliding window caps it)."""
+    for described, group in zip(groups, kv_cache_config.kv_cache_groups):
+        spec = group.kv_cache_spec
+        described["token_slots"] = kv_cache_config.num_blocks * spec.block_size
+        described["blocks_per_request"] = None
+        if vllm_config is not None:
+            try:
+                described["blocks_per_request"] = -(-spec.max_memory_usage_bytes(vllm_config) // spec.page_size_bytes)
+            except Exception:  # a spec vLLM cannot size here: not known
+                pass

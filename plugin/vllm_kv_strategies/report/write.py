@@ -29,7 +29,7 @@ from ..logger import PREFIX, logger
 from .files import run_id, write_report  # noqa: F401  (the writer's names: report.write_report)
 from .schema import MARKER, SCHEMA_VERSION, iso, utc_now
 from .addressed import Span, overlap, span
-from .specs import capacity, describe_groups, dtype_name, own_spec, spec_kind
+from .specs import capacity, describe_groups, dtype_name, group_capacity, own_spec, spec_kind
 from .summary import BUILT_BY, KVCacheSummary
 
 #: Data pointers are reported aligned to at most this (2 MiB, the KV transfer need).
@@ -112,6 +112,7 @@ def build_report(
     if built_by not in BUILT_BY:
         raise ValueError(f"built_by {built_by!r} is none of {', '.join(BUILT_BY)}")
     groups, layer_specs = describe_groups(config, modules)
+    group_capacity(vllm_config, config, groups)
     storages: dict[int, dict] = {}
     layers: dict[str, dict] = {}
     spans: list[tuple[int, Span, str]] = []  # (buffer, bytes addressed, layer)
