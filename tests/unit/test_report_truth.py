@@ -26,6 +26,7 @@ from vllm.v1.kv_cache_interface import (
     KVCacheConfig,
     KVCacheGroupSpec,
     KVCacheTensor,
+    MambaSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
@@ -219,3 +220,47 @@ def test_capacity_is_vllms_with_its_concurrency(monkeypatch, tmp_path, kv_log, v
     assert kv_log.summary().endswith(
         f"num_blocks {config.num_blocks} ({config.num_blocks * 16} token slots); capacity {tokens} tokens, "
         f"max concurrency {concurrency:.2f}x for 1024-token requests (vLLM's)")
+
+
+def addressed(view: torch.Tensor) -> set[tuple[int, int]]:
+    """Every (storage, byte) a view addresses, enumerated element by element."""
+    offsets = torch.full(tuple(view.shape), view.storage_offset(), dtype=torch.int64)
+    for dim, (n, stride) in enumerate(zip(view.shape, view.stride())):
+        shape = [1] * view.dim()
+        shape[dim] = n
+        offsets = offsets + (torch.arange(n, dtype=torch.int64) * stride).view(shape)
+    size, ptr = view.element_size(), view.untyped_storage().data_ptr()
+    return {(ptr, int(o) * size + b) for o in offsets.flatten().tolist() for b in range(size)}
+
+
+def views_of(value) -> list[torch.Tensor]:
+    return [value] if isinstance(value, torch.Tensor) else [t for v in value for t in views_of(v)]
+
+
+MAMBA = MambaSpec(block_size=16, shapes=((3, 256), (2, 64, 64)), dtypes=(BF16, torch.float32))
+MLA = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=BF16)
+MAMBA_HF = SimpleNamespace(model_type="deepseek_v2", kv_lora_rank=512, qk_rope_head_dim=64)
+
+
+@pytest.mark.parametrize(("specs", "layout", "hf"), [
+    pytest.param(dense(n=3), "LBHNC", None, id="dense-layer-outer"),
+    pytest.param(dense(n=3), "BLHNC", None, id="dense-block-outer"),
+    pytest.param({f"model.layers.{i}.self_attn.attn": MLA for i in range(3)}, "BLHNC", MAMBA_HF, id="mla-block-outer"),
+    pytest.param(gemma3_like(6, window=32)[0], "BLHNC", None, id="sliding-full-block-outer"),
+    pytest.param(gemma3_like(6, window=32)[0], "LBHNC", None, id="sliding-full-overlay"),
+    pytest.param({**{f"model.layers.{i}.linear_attn": MAMBA for i in (0, 1, 2)},
+                  "model.layers.3.self_attn.attn": FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)},
+                 "LBHNC", None, id="mamba-attention-overlay"),
+])
+def test_bytes_and_aliases_equal_the_bytes_enumerated(monkeypatch, tmp_path, version, specs, layout, hf):
+    """Against every byte each view addresses, enumerated: ``views[].bytes`` is its count and
+    ``aliases`` the layers sharing one, on the layouts vLLM's planner makes."""
+    monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
+    _, _, (_, kv) = run_both(specs, layout, memory=1 << 17, hf_config=hf, version=version)
+    data = latest(tmp_path)
+    owned = {name: [addressed(v) for v in views_of(value)] for name, value in kv.items()}
+    for name, sets in owned.items():
+        assert [v["bytes"] for v in data["layers"][name]["views"]] == [len(s) for s in sets], name
+        mine = set().union(*sets)
+        expected = sorted(other for other, theirs in owned.items() if other != name and mine & set().union(*theirs))
+        assert data["layers"][name]["aliases"] == expected, name
