@@ -120,13 +120,14 @@ def overlap(a: Span, b: Span) -> bool:
         return any(_meet(a.runs, b.runs, d + k * period) for k in range(k_lo, k_hi + 1))
     if a.count < b.count:
         a, b = b, a
+    a_lo, a_hi = a.extent
     # b has fewer copies: each of its copies against a's copies in range.
-    for j in b.copies(a_lo, a_hi) if b.count > 1 else range(1):
+    for j in b.copies(a_lo, a_hi):
         base = b.offset + j * b.period
         lo, hi = base + b.runs[0][0], base + b.runs[-1][1]
         near = a.copies(lo, hi)
-        if len(near) > 2 and b.runs == ((b.runs[0][0], b.runs[-1][1]),):
-            return True  # one contiguous run spanning a whole copy of a
+        if len(near) > 4 and len(b.runs) == 1:
+            return True  # one contiguous run holding a whole copy of a (the third of five)
         if len(near) > MAX_RUNS:
             return True  # not worth listing: counted as sharing (never a missed alias)
         if any(_meet(a.runs, b.runs, base - a.offset - i * a.period) for i in near):
