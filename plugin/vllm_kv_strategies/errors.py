@@ -36,3 +36,10 @@ class ModelLayerMismatchError(StockWouldFailError):
 
 class KVCacheAllocationError(KVStrategiesError, MemoryError):
     """Allocating a KV cache buffer failed; nothing was bound to the model."""
+
+
+class UnscaledBudgetError(StockWouldFailError):
+    """vllm-ascend 0.30: the worker's KV cache budget was left unscaled for
+    the plugin's overlay of KV cache groups, which it then cannot build; stock's
+    private per-layer buffers would need several times the budget, so nothing
+    falls back to them."""

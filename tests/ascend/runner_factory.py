@@ -328,8 +328,9 @@ def _layer_for(
         sparse = getattr(spec, "sparse_head_dim", None)
         packed = getattr(spec, "cache_sparse_sfa_c8", False)  # sparse_head_dim[0] is the packed row
         kv_lora_rank, rope = (sparse[0], sparse[1]) if sparse and not packed else mla_dims
-        return _bare_layer(MLAAttention, layer_name=name, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope)
-    return _bare_layer(Attention, layer_name=name)
+        return _bare_layer(MLAAttention, layer_name=name, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope,
+                           attn_backend=_backend_for(kind, spec))
+    return _bare_layer(Attention, layer_name=name, attn_backend=_backend_for(kind, spec))  # get_attn_backend() reads it
 
 
 def _backend_for(kind: str, spec: KVCacheSpec, mamba_layer: type | None = None) -> type:

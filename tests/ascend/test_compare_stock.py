@@ -33,9 +33,10 @@ the cases in :data:`PLUGIN_BYTES` / :data:`STOCK_BYTES`, where the exact numbers
 private buffers, so where the plugin builds (:data:`STORAGES_030`) the check is that every layer
 owns its storages (no two layers share one), each of exactly the bytes stock allocates (+ 2 MiB
 with transfer, every raw buffer 2 MiB aligned), and the layout signature is stock's. Where it
-refuses by name (:data:`REFUSED_030`: the hybrids' one shared backing, DeepSeek V3.2's sparse
-attention and indexer caches), ``on`` raises ``UnsupportedSpecError`` naming the feature before
+refuses by name (:data:`REFUSED_030`: a hybrid with padded attention pages, DeepSeek V3.2's
+sparse attention and indexer caches), ``on`` raises ``UnsupportedSpecError`` naming the feature before
 anything is allocated or bound, and ``auto`` gives stock's build (exact bytes) with one warning.
+Hybrids whose pages line up (:data:`SHARED_030`) are built as stock: one backing of stock's bytes.
 """
 
 from __future__ import annotations
@@ -125,12 +126,27 @@ REFUSED_030 = {
     # 61 x (nope 524,288 + rope 65,536 + indexer key 4 x 128 x 128 x 2 = 131,072), each its own buffer
     "deepseek-v3.2-tp1": (("sparse attention (SFA)", "SFA indexer caches"), 43_974_656, 183),
     "deepseek-v3.2-tp4": (("sparse attention (SFA)", "SFA indexer caches"), 43_974_656, 183),
-    # one backing of 12 slots x 4 blocks x page (1,310,720 at TP1, 393,216 at TP4) for all 48 layers
-    "qwen3-next-tp1": (("a hybrid (Mamba + attention) shared backing",), 62_914_560, 1),
-    "qwen3-next-tp4": (("a hybrid (Mamba + attention) shared backing",), 18_874_368, 1),
-    # 2 slots x 4 blocks x 34,304 for its 8 layers
-    "t-hyb": (("a hybrid (Mamba + attention) shared backing",), 274_432, 1),
+    # 2 slots x 4 blocks x 34,304 for its 8 layers; its attention page is padded to the Mamba page
+    # (stock's trim path, [pad | K all | V all] in each region, is not block by block)
+    "t-hyb": (("padded attention pages of FullAttentionSpec",), 274_432, 1),
 }
+#: model -> stock's one backing in bytes (no transfer), where the plugin builds the hybrid's shared
+#: backing as stock does: 12 slots x 4 blocks x page (1,310,720 at TP1, 393,216 at TP4) for all
+#: 48 layers, attention and Mamba layer j of a slot in one region.
+SHARED_030 = {"qwen3-next-tp1": 62_914_560, "qwen3-next-tp4": 18_874_368}
+
+
+def _shared_030(name, model, kv_transfer, bytes_table):
+    """0.30, a hybrid: one backing of exactly stock's bytes, the layout signature stock's."""
+    config = model.kv_cache_config
+    stock_runner, ours_runner = model.make_runner(kv_transfer=kv_transfer), model.make_runner(kv_transfer=kv_transfer)
+    stock = stock_init(stock_runner, copy.deepcopy(config))
+    ours = ours_init(ours_runner, copy.deepcopy(config))
+    plain = SHARED_030[name]
+    assert list(storages(stock).values()) == list(storages(ours).values()) == [plain + (TRANSFER_ALIGNMENT if kv_transfer else 0)]
+    assert layout_signature(ours) == layout_signature(stock)
+    assert len(ours_runner.kv_caches) == len(stock_runner.kv_caches)
+    bytes_table.append((name, kv_transfer, plain, plain, plain))
 
 
 def _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table):
@@ -223,7 +239,9 @@ def _built_030(name, model, kv_transfer, bytes_table):
 def test_plugin_equals_stock(name, kv_transfer, bytes_table, monkeypatch, kv_log):
     model = MODELS[name]()
     if R >= (0, 30):
-        assert name in STORAGES_030 or name in REFUSED_030, f"{name}: no 0.30 expectation"
+        assert name in STORAGES_030 or name in REFUSED_030 or name in SHARED_030, f"{name}: no 0.30 expectation"
+        if name in SHARED_030:
+            return _shared_030(name, model, kv_transfer, bytes_table)
         if name in REFUSED_030:
             return _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table)
         return _built_030(name, model, kv_transfer, bytes_table)

@@ -18,7 +18,10 @@ from typing import Any
 from .ascend_strided import (  # noqa: F401  (re-exported: vLLM 0.30's strided form on vllm-ascend 0.30)
     interleaved_kv_layers,
     interleaved_kv_shape,
+    is_hybrid,
     kernel_block_sizes_by_layer,
+    overlay_refusal,
+    overlays_groups,
     private_layer_config,
     strided_form,
     unbuilt_layout_reason,
@@ -26,7 +29,9 @@ from .ascend_strided import (  # noqa: F401  (re-exported: vLLM 0.30's strided f
 from .ascend_targets import (  # noqa: F401  (re-exported: the patch declarations)
     _SPLIT_INIT_FROM,
     ASCEND_V2,
+    ASCEND_V2_ALLOCATION,
     HYBRID_SIZING,
+    MULTI_GROUP_BUDGET,
     SPLIT_INIT,
     THREE_INITS,
     _before,

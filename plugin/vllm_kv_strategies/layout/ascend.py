@@ -42,6 +42,7 @@ from ..plan import KVCachePlan, LayerPlan
 from ..strategies import LayoutFamily
 from .coallocation import buffer_slices, coallocated_runs
 from .hybrid_kv import Region, state_regions_in_kv, states_in_kv_page
+from .strided import crosses_blocks
 
 __all__ = ["TensorLayout", "buffer_slices", "coallocated_runs", "layer_views", "part_regions", "plan_layout"]
 
@@ -61,6 +62,7 @@ class TensorLayout:
         kv_interleaved: one attention layer's buffer with K and V interleaved
             per kernel block (vllm-ascend 0.30's plain full attention,
             :func:`~vllm_kv_strategies.layout.interleaved_kv.interleaved_kv_views`).
+        regions: see the field.
     """
 
     tensor_id: int
@@ -72,6 +74,9 @@ class TensorLayout:
     runs: tuple[int, ...] = ()
     kv_page: int | None = None
     kv_interleaved: bool = False
+    #: one backing shared by all ``layers``: each layer's (start, bytes) in
+    #: it (vLLM's overlay of KV cache groups, :mod:`.strided`); empty: none.
+    regions: tuple[tuple[int, int], ...] = ()
 
 
 def part_regions(
@@ -98,22 +103,6 @@ def part_regions(
         regions.append((offset, lp.padded_page_bytes if interleaved else p.nbytes, p.nbytes))
         offset += p.nbytes if interleaved else num_blocks * p.nbytes
     return regions
-
-
-def crosses_blocks(a: Region, b: Region, num_blocks: int) -> bool:
-    """Whether block j of ``a`` shares a byte with block k != j of ``b``: two
-    layers of one tensor may alias bytes only under the same block index.
-    Regions with different strides whose extents meet count as crossing."""
-    (oa, sa, ba), (ob, sb, bb) = a, b
-    last = num_blocks - 1
-    if oa + last * sa + ba <= ob or ob + last * sb + bb <= oa:
-        return False
-    if sa != sb:
-        return True
-    # a_j meets b_k  <=>  ob - oa - ba < (j - k) * s < ob - oa + bb
-    lo = max(-last, (ob - oa - ba) // sa + 1)
-    hi = min(last, -((oa - ob - bb) // sa) - 1)
-    return lo <= hi and (lo, hi) != (0, 0)
 
 
 def shares_block_consistently(
