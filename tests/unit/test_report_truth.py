@@ -186,6 +186,20 @@ def test_transfer_alignment_and_unused_bytes_are_told_apart():
     assert f"required {2 * n}, alignment padding {MIB2}, unused 1024, duplicated 0);" in line
 
 
+def test_a_buffer_behind_empty_views_is_unused():
+    """A view of no block (stock vllm-ascend's views of a block size under its kernel's) addresses
+    nothing: its buffer's bytes are unused, not duplicated."""
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)
+    name = "model.layers.0.self_attn.attn"
+    cfg = KVCacheConfig(num_blocks=1, kv_cache_groups=[KVCacheGroupSpec([name], spec)],
+                        kv_cache_tensors=[KVCacheTensor(size=4096, layers=[name], layer_stride=4096, block_stride=4096)])
+    kv = {name: torch.zeros(4096, dtype=torch.int8).view(BF16)[:0].view(0, 2, 16, 64)}
+    data = report_mod.build_report(None, kv, kv_cache_config=cfg, mode="observe", strided=False)
+    t = data["totals"]
+    assert (data["layers"][name]["views"][0]["bytes"], t["bytes_allocated"]) == (0, 4096)
+    assert (t["alignment_padding"], t["unused_bytes"], t["duplicated_bytes"]) == (0, 4096, 0)
+
+
 # -- item 5: capacity in vLLM's terms ----------------------------------------------------------------
 
 

@@ -187,8 +187,8 @@ def build_report(
     # aligned address: prefix + tail = 2 MiB), else bytes no view uses (a region's prefix or tail).
     aligned = unused = 0
     for base, b in storages.items():
-        outside = b["bytes"] - (b["extent"][1] - b["extent"][0]) if b["extent"] else 0
-        if outside == MAX_REPORTED_ALIGNMENT and (base + b["extent"][0]) % MAX_REPORTED_ALIGNMENT == 0:
+        outside = b["bytes"] - (b["extent"][1] - b["extent"][0]) if b["extent"] else b["bytes"]  # empty views: all
+        if b["extent"] and outside == MAX_REPORTED_ALIGNMENT and (base + b["extent"][0]) % MAX_REPORTED_ALIGNMENT == 0:
             aligned += outside
         else:
             unused += outside
