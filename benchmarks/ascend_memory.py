@@ -199,7 +199,7 @@ def main() -> None:
     results = {"vllm_ascend": version, "budget_bytes": budget, "memory": [], "init_time": [], "multi_group": []}
 
     print(f"vllm-ascend {version}, per-device KV budget {budget >> 20} MiB")
-    print(f"| model | transfer | side | bytes allocated | bytes required | allocated / required | padding per buffer | num_blocks | tokens | plugin / stock |")
+    print(f"| model | transfer | side | bytes allocated | bytes required | allocated / required | padding per buffer | num_blocks | token slots | plugin / stock |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, build in MODELS.items():
         sides = {}
@@ -217,12 +217,12 @@ def main() -> None:
                     print(f"| {name} | {transfer} | {side} | {t['bytes_allocated']:,} | - | - | - | {t['num_blocks']} | - | |")
                     continue
                 ratio = t["bytes_allocated"] / t["bytes_required"]
-                pad = t["alignment_padding"] / max(1, t["raw_buffers"])
+                pad = (t["alignment_padding"] + t["unused_bytes"]) / max(1, t["raw_buffers"])
                 over = ""
                 if side == "plugin" and "error" not in row["stock"] and "refused" not in t:
                     row["plugin_over_stock"] = t["bytes_allocated"] / row["stock"]["bytes_allocated"]
                     over = f"{row['plugin_over_stock']:.3f}"
-                print(f"| {name} | {transfer} | {side} | {t['bytes_allocated']:,} | {t['bytes_required']:,} | {ratio:.3f} | {pad:,.0f} | {t['num_blocks']} | {t['tokens']:,} | {over} |")
+                print(f"| {name} | {transfer} | {side} | {t['bytes_allocated']:,} | {t['bytes_required']:,} | {ratio:.3f} | {pad:,.0f} | {t['num_blocks']} | {t['token_slots']:,} | {over} |")
             results["memory"].append(row)
 
     if rf.RELEASE >= (0, 30):

@@ -64,6 +64,11 @@ class RecordList(logging.Handler):
         """Messages logged at exactly ``level``."""
         return [r.getMessage() for r in self.records if r.levelno == level]
 
+    def summary(self) -> str:
+        """The one summary line (``kv_strategies: rank R: ... N layers (...) ...``) logged."""
+        [line] = [m for m in self.at(logging.INFO) if " layers (" in m]
+        return line
+
     def clear(self) -> None:
         self.records.clear()
 

@@ -247,7 +247,8 @@ def main(argv=None) -> int:
             shutil.rmtree(tmp_model, ignore_errors=True)
     report = Path(env["KV_STRATEGIES_REPORT"]) / "kv_cache_report.latest.rank0.json"
     if report.exists():  # the worker's JSON report, as `python -m vllm_kv_strategies report` shows it
-        print(f"KV cache report {report}:")
+        kept = "" if not own_report_dir else " (a temporary directory, removed now; KV_STRATEGIES_REPORT=DIR keeps it)"
+        print(f"KV cache report {report}{kept}:")
         subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "report", str(report)], check=False)
     if own_report_dir:
         shutil.rmtree(env["KV_STRATEGIES_REPORT"], ignore_errors=True)

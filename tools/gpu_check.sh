@@ -15,7 +15,7 @@
 # Each run is tests/e2e/run_generate.py (vLLM's offline LLM, one sequence at a time, greedy, top-5
 # logprobs, 8 tokens, enforce_eager) in its own process; tests/e2e/compare_outputs.py compares off
 # with on for each model and runner. Prints every `kv_strategies:` line of each `on` run (one
-# summary line `kv_strategies: rank N: built ...` per worker) and a table; exits 1 on any failed
+# summary line `kv_strategies: rank N: vLLM built and the plugin checked ...` per worker) and a table; exits 1 on any failed
 # run, any difference, or an `on` run without a summary line, 2 on bad usage or environment.
 # Self-test: KV_STRATEGIES_TEST_FAULT=share_group_cache tools/gpu_check.sh must fail (every `on`
 # run then binds two layers to one cache).
@@ -105,9 +105,9 @@ for m in "${MODEL_LIST[@]}"; do
     done
     echo "=== $m $r on: kv_strategies lines"
     grep -o 'kv_strategies:.*' "$base-on.log" | sed 's/^/  /'
-    summaries=$(grep -c 'kv_strategies: rank [0-9]*: built' "$base-on.log" 2>/dev/null); summaries=${summaries:-0}
-    [[ $summaries -ge 1 ]] || verdict+="no 'kv_strategies: rank N: built' summary line with the plugin on "
-    if grep -q 'kv_strategies: rank [0-9]*: built' "$base-off.log"; then verdict+="the plugin built the KV cache with KV_STRATEGIES=off "; fi
+    summaries=$(grep -c 'kv_strategies: rank [0-9]*: vLLM built and the plugin checked' "$base-on.log" 2>/dev/null); summaries=${summaries:-0}
+    [[ $summaries -ge 1 ]] || verdict+="no 'kv_strategies: rank N: vLLM built and the plugin checked' summary line with the plugin on "
+    if grep -q 'kv_strategies: rank [0-9]*: ' "$base-off.log"; then verdict+="the plugin described the KV cache with KV_STRATEGIES=off "; fi
     if [[ -z $verdict ]]; then
       diff=$("$PYTHON" "$ROOT/tests/e2e/compare_outputs.py" "$base-off.json" "$base-on.json")
       echo "  off vs on: $diff"

@@ -1,6 +1,6 @@
 """Build tiny, deterministic, *non-degenerate* checkpoints for vLLM CPU tests.
 
-    python tools/tiny_models.py KIND OUT_DIR        # KIND: llama | qwen3_next | deepseek_v2
+    python tools/tiny_models.py KIND OUT_DIR        # KIND: llama | qwen3_next | deepseek_v2 | gemma3
 
 Why not ``--load-format dummy``: dummy weights are so small that every next-token
 distribution is nearly uniform, so a wrong KV cache changes neither tokens nor
@@ -18,7 +18,20 @@ Shapes follow what vLLM 0.32's CPU kernels accept:
                  every group has two layers.
   * deepseek_v2: 2 MLA layers (kv_lora_rank 512, qk_rope_head_dim 64,
                  qk_nope_head_dim 128, v_head_dim 128); one group of 2 layers.
+  * gemma3:      6 layers, Gemma 3 style: 5 sliding-window (window 64) + 1 full
+                 attention (every sixth), untied embeddings (tied ones at this
+                 scale make the text degenerate).  vLLM gives the sliding and the
+                 full layers groups of their own; with
+                 ``--disable-hybrid-kv-cache-manager`` it merges them into one
+                 group whose spec carries the window (the report still labels
+                 each layer by its own).
 All MLPs are dense (no MoE): the KV cache is what these models exercise.
+
+A quantised KV cache is a serving option, not a checkpoint: any kind served
+with ``--kv-cache-dtype fp8`` (vLLM's CPU attention takes ``fp8``,
+``fp8_e4m3``, ``fp8_e5m2``) stores K and V in one byte per element, e.g.
+``python -m vllm.entrypoints.openai.api_server --model ./tiny-llama
+--kv-cache-dtype fp8 --enforce-eager`` (``main`` prints such a line).
 
 Only needs torch, transformers, tokenizers and safetensors (no network).
 """
@@ -32,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-KINDS = ("llama", "qwen3_next", "deepseek_v2")
+KINDS = ("llama", "qwen3_next", "deepseek_v2", "gemma3")
 SEED = 1234
 INIT_RANGE = 0.2
 TOKENIZER_VOCAB = 512  # target; the real size is whatever the trainer reaches
@@ -178,6 +191,21 @@ def _config(kind: str, vocab_size: int, eos_id: int, pad_id: int):
             architectures=["DeepseekV2ForCausalLM"],
             **common,
         )
+    if kind == "gemma3":
+        from transformers import Gemma3TextConfig
+
+        return Gemma3TextConfig(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=6,  # layer_types: sliding x 5, then full (sliding_window_pattern 6)
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            query_pre_attn_scalar=32,
+            sliding_window=64,
+            architectures=["Gemma3ForCausalLM"],
+            **common,
+        )
     raise ValueError(f"unknown kind {kind!r}; choose from {KINDS}")
 
 
@@ -244,6 +272,8 @@ def main(argv=None) -> int:
         f"built {args.kind} in {out} ({size / 1e6:.1f} MB) "
         f"in {time.perf_counter() - t0:.1f} s"
     )
+    print(f"serve it with a quantised (fp8) KV cache: python -m vllm.entrypoints.openai.api_server --model {out} "
+          "--kv-cache-dtype fp8 --enforce-eager")
     return 0
 
 

@@ -33,8 +33,10 @@ def register() -> None:
 
     Raises:
         ValueError: ``KV_STRATEGIES`` or ``KV_STRATEGIES_TEST_FAULT`` has an
-            invalid value; one ERROR line naming the valid values is logged
-            first (vLLM does not catch it: the traceback follows). Nothing else
+            invalid value; one ERROR line in vLLM's format naming the valid
+            values is logged first (vLLM's logging configured for it where
+            vLLM has not yet: :func:`~vllm_kv_strategies.logger.error_now`;
+            vLLM does not catch the error: its traceback follows). Nothing else
             escapes: any other failure is logged and leaves vLLM stock.
     """
     global _registered_platform
@@ -43,13 +45,13 @@ def register() -> None:
     import time
 
     from . import envs
-    from .logger import PREFIX, announce, logger
+    from .logger import PREFIX, announce, error_now, logger
 
     try:  # an invalid value is the one error register() lets through
         mode = envs.KV_STRATEGIES
         envs.KV_STRATEGIES_TEST_FAULT  # fail at start-up, not at KV cache initialisation
     except ValueError as exc:
-        logger.error("%s %s vLLM cannot start with it.", PREFIX, exc)
+        error_now("%s %s vLLM cannot start with it.", PREFIX, exc)
         raise
     if _registered_platform is not None:  # decided already in this process
         return

@@ -257,15 +257,17 @@ def main(argv: list[str] | None = None) -> int:
         help="render a KV cache report (written with KV_STRATEGIES_REPORT=DIR), compare two, or sum up a directory",
         description="FILE: render one report. A B: compare two (e.g. KV_STRATEGIES=observe against on), "
         "labelled A and B; a directory holding one rank stands for its newest report. DIR: every rank's newest "
-        "report in DIR and the deployment's totals; exit 1 when a rank is missing or the plugin did not build it. "
+        "report in DIR and the deployment's totals; exit 1 when a rank is missing or stock built it (a fallback, or "
+        "observe on some ranks only). "
         "Exit 2, with one line, when a path is not a readable report. Reads files only (no torch, no vLLM).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="FILE, A B, or DIR")
     p.add_argument("--allow-different-models", action="store_true", help="compare reports of two different models")
     p.set_defaults(fn=_report)
+    report_parser = p
     args = parser.parse_args(argv)
-    if args.command == "report" and len(args.paths) > 2:
-        parser.error("report takes one FILE or DIR, or two reports A B to compare")
+    if args.command == "report" and len(args.paths) > 2:  # the report subcommand's usage, not the top level's
+        report_parser.error(f"{len(args.paths)} paths given: report takes one FILE or DIR, or two reports A B to compare")
     return args.fn(args)
 
 

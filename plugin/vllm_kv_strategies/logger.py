@@ -47,6 +47,23 @@ def announce(level: int, msg: str, *args: object) -> None:
     _install_hook()
 
 
+def error_now(msg: str, *args: object) -> None:
+    """Log an ERROR at once, in vLLM's format: where vLLM has not configured
+    logging yet (0.32's API server loads plugins first), configure it now as
+    vLLM would from its environment (``vllm/logger.py``'s
+    ``_configure_vllm_root_logger()``, no config), since the process stops
+    next and will never configure it. Without that function, as
+    :func:`logging.Logger.error` (a bare line on stderr)."""
+    if not logger.hasHandlers():
+        configure = getattr(sys.modules.get("vllm.logger"), _CONFIGURE[0], None)
+        if callable(configure):
+            try:
+                configure()
+            except Exception:  # never hide the error behind a logging failure
+                pass
+    logger.error(msg, *args, stacklevel=2)
+
+
 def flush() -> None:
     """Log the held lines (idempotent) and drop the hook."""
     global _hook

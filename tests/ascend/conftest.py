@@ -72,6 +72,7 @@ else:
         "test_doctor_ascend.py",
         "test_spec_census.py",
         "test_third_party_kind.py",
+        "test_report_ascend.py",
         "test_quant_ascend.py",
         "test_hybrid_sizing.py",
         "test_never_worse.py",

@@ -264,7 +264,7 @@ def _built_030(name, model, kv_transfer, bytes_table):
     t_stock = build_report(plan, stock, strided=False)["totals"]
     assert t_ours["bytes_required"] == plain
     assert t_ours["bytes_allocated"] == ours_bytes and t_stock["bytes_allocated"] == stock_bytes
-    assert (t_ours["num_blocks"], t_ours["tokens"]) == (t_stock["num_blocks"], t_stock["tokens"])
+    assert (t_ours["num_blocks"], t_ours["token_slots"]) == (t_stock["num_blocks"], t_stock["token_slots"])
     assert t_ours["duplicated_bytes"] == 0
     assert t_ours["alignment_padding"] == slack * t_ours["raw_buffers"]
     bytes_table.append((name, kv_transfer, stock_bytes, ours_bytes, plain))
@@ -347,7 +347,7 @@ def test_plugin_equals_stock(name, kv_transfer, bytes_table, monkeypatch, kv_log
     t_stock = build_report(plan, stock, strided=False)["totals"]
     assert t_ours["bytes_required"] == required
     assert t_ours["bytes_allocated"] == ours_bytes and t_stock["bytes_allocated"] == stock_bytes
-    assert (t_ours["num_blocks"], t_ours["tokens"]) == (t_stock["num_blocks"], t_stock["tokens"])
+    assert (t_ours["num_blocks"], t_ours["token_slots"]) == (t_stock["num_blocks"], t_stock["token_slots"])
     if (R, name) not in PLUGIN_BYTES:
         assert t_ours["duplicated_bytes"] == 0
         assert t_ours["alignment_padding"] == (TRANSFER_ALIGNMENT * t_ours["raw_buffers"] if kv_transfer else 0)

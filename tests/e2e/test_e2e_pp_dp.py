@@ -68,18 +68,19 @@ def summaries(log: str) -> dict[int, str]:
     """rank -> its one summary line (a rank logging two fails)."""
     found: dict[int, list[str]] = {}
     for line in log.splitlines():
-        if m := re.search(r"kv_strategies: rank (\d+): (built|stock built) ", line):
+        if m := re.search(r"kv_strategies: rank (\d+): (built|stock built|vLLM built and the plugin checked) ", line):
             found.setdefault(int(m[1]), []).append(line)
     assert all(len(v) == 1 for v in found.values()), found
     return {rank: lines[0] for rank, lines in found.items()}
 
 
 def built_by_each_rank(off_log: str, on_log: str, reports: Path, built: str) -> dict[int, dict]:
-    """Off: no summary line. On: ranks 0 and 1 each log ``built`` once; rank -> its newest report."""
+    """Off: no summary line. On: ranks 0 and 1 each log once that vLLM built ``built`` and the plugin
+    checked it; rank -> its newest report."""
     assert "kv_strategies: rank" not in off_log
     lines = summaries(on_log)
     assert sorted(lines) == [0, 1]
-    assert all(f"built {built} in 1 raw buffer;" in line for line in lines.values()), lines
+    assert all(f"vLLM built and the plugin checked {built} in 1 raw buffer;" in line for line in lines.values()), lines
     return {rank: json.loads((reports / f"kv_cache_report.latest.rank{rank}.json").read_text()) for rank in lines}
 
 

@@ -144,10 +144,10 @@ def test_off_on_and_observe_set_in_the_driver_only(clean_cluster, model, tmp_pat
         assert worker["patched"] == ["initialize_kv_cache", "initialize_kv_cache_tensors"]
         lines = plugin_lines(on_log, worker["pid"])
         assert len([ln for ln in lines if "kv_strategies: enabled (KV_STRATEGIES=on" in ln]) == 1
-        [summary] = [ln for ln in lines if f"kv_strategies: rank {rank}: built 4 layers (full_attention=4)" in ln]
+        [summary] = [ln for ln in lines if f"kv_strategies: rank {rank}: vLLM built and the plugin checked 4 layers (full_attention=4)" in ln]
         assert not [ln for ln in lines if "ERROR" in ln]
         report = json.loads((on_dir / f"kv_cache_report.latest.rank{rank}.json").read_text())
-        assert report["built_by"] == "plugin" and report["world_size"] == 2 and report["pid"] == worker["pid"]
+        assert report["built_by"] == "vllm_checked" and report["world_size"] == 2 and report["pid"] == worker["pid"]
         assert report["run_id"] == on["sent"]["KV_STRATEGIES_RUN_ID"]  # one run for both ranks
         assert worker["kv_caches"] == stock["workers"][rank]["kv_caches"]  # what stock builds
         compared = subprocess.run(

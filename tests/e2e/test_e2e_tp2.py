@@ -48,7 +48,7 @@ def test_two_workers_each_build_log_and_report_once(tmp_path):
 
     assert "kv_strategies: rank" not in off_log
     for rank in (0, 1):
-        lines = [ln for ln in on_log.splitlines() if f"kv_strategies: rank {rank}: built 4 layers" in ln]
+        lines = [ln for ln in on_log.splitlines() if f"kv_strategies: rank {rank}: vLLM built and the plugin checked 4 layers" in ln]
         assert len(lines) == 1, f"rank {rank}: {lines}"
         report = json.loads((reports / f"kv_cache_report.latest.rank{rank}.json").read_text())
         assert report["totals"]["rank"] == rank and report["world_size"] == 2

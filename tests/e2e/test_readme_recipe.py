@@ -100,14 +100,14 @@ def test_run_step_serves_stock_and_plugin_and_compares(tmp_path):
     [stock_summary] = [ln for ln in logs["stock"].splitlines() if "kv_strategies: rank 0:" in ln and "built" in ln]
     [plugin_summary] = [ln for ln in logs["plugin"].splitlines() if "kv_strategies: rank 0:" in ln and "built" in ln]
     assert "kv_strategies: rank 0: stock built 4 layers (full_attention=4) in 1 raw buffer;" in stock_summary
-    assert "kv_strategies: rank 0: built 4 layers (full_attention=4) in 1 raw buffer;" in plugin_summary
+    assert "kv_strategies: rank 0: vLLM built and the plugin checked 4 layers (full_attention=4) in 1 raw buffer;" in plugin_summary
     assert stock_summary.split("raw buffer;")[1] == plugin_summary.split("raw buffer;")[1]  # same bytes, blocks, tokens
 
     lines = out.splitlines()
     [a] = [ln for ln in lines if ln.startswith("A: reports/stock/kv_cache_report.")]
     [b] = [ln for ln in lines if ln.startswith("B: reports/plugin/kv_cache_report.")]
-    assert "built by stock vLLM (KV_STRATEGIES=observe), model ./tiny-llama, vLLM 0.32.0" in a
-    assert "built by the plugin (KV_STRATEGIES=on), model ./tiny-llama, vLLM 0.32.0" in b
+    assert "built by stock vLLM (observed; KV_STRATEGIES=observe), model ./tiny-llama, vLLM 0.32.0" in a
+    assert "built by vLLM, checked by the plugin (KV_STRATEGIES=on), model ./tiny-llama, vLLM 0.32.0" in b
     row = next(ln for ln in lines if ln.startswith("bytes_allocated")).split()
     assert row[3:] == ["+0", "1.000"] and int(row[1].replace(",", "")) > 0
     assert "per-layer views (shape, stride, dtype): equal on all 4 layers" in lines

@@ -122,14 +122,14 @@ def test_a_process_that_configures_logging_after_register_still_says_it_once():
 
 def test_an_invalid_switch_through_vllms_plugin_loader_prints_one_line_before_the_traceback():
     """What a user sees when vLLM loads the plugin with a bad switch and has not
-    configured logging yet (the API server): the line first, then the traceback. The line is
-    bare on stderr where vLLM's logging is not configured yet (0.32), and vLLM's own ERROR line
-    where importing vLLM configured it (0.30, whose handler writes to stdout)."""
+    configured logging yet (the API server): one ERROR line in vLLM's format first (the plugin
+    configures vLLM's logging for it where vLLM has not yet, 0.32; importing vLLM configured it
+    on 0.30), then the traceback."""
     proc = python("import vllm.plugins; vllm.plugins.load_general_plugins()", merged=True, KV_STRATEGIES="bogus")
     assert proc.returncode == 1
     err = proc.stdout.splitlines()
     ours = [i for i, ln in enumerate(err) if "kv_strategies:" in ln]
-    assert len(ours) == 1 and (err[ours[0]] == INVALID or err[ours[0]].startswith("ERROR ")), err
+    assert len(ours) == 1 and re.match(r"(\(\w+ pid=\d+\) )?ERROR \d\d-\d\d \d\d:\d\d:\d\d \[__init__\.py:\d+\] ", err[ours[0]]), err
     assert err[ours[0]].endswith(INVALID)
     assert ours[0] < err.index("Traceback (most recent call last):")
     assert err[-1] == "ValueError: KV_STRATEGIES='bogus' is not valid; use one of 'auto', 'on', 'off', 'observe'."

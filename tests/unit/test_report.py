@@ -53,16 +53,17 @@ def test_json_report_written_with_exact_totals_and_specs(monkeypatch, tmp_path, 
     data = json.loads(path.read_text())
     validate(data)
     assert json.loads((tmp_path / "kv_cache_report.latest.rank0.json").read_text()) == data
-    assert data["schema_version"] == report_mod.SCHEMA_VERSION == 2
-    assert (data["mode"], data["built_by"], data["run_id"], data["world_size"]) == ("auto", "plugin", "run-a", 1)
+    assert data["schema_version"] == report_mod.SCHEMA_VERSION == 3
+    assert (data["mode"], data["built_by"], data["run_id"], data["world_size"]) == ("auto", "vllm_checked", "run-a", 1)
     assert data["versions"]["vllm"] == report_mod.write.compat.Installed.detect().vllm
     assert data["versions"]["torch"] == torch.__version__
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", data["created"])
     t = data["totals"]
     size = config.kv_cache_tensors[0].size
     assert (t["raw_buffers"], t["bytes_allocated"], t["bytes_required"]) == (1, size, size)
-    assert (t["alignment_padding"], t["duplicated_bytes"]) == (0, 0)
-    assert t["num_blocks"] == config.num_blocks and t["tokens"] == config.num_blocks * 16
+    assert (t["alignment_padding"], t["unused_bytes"], t["duplicated_bytes"]) == (0, 0, 0)
+    assert t["num_blocks"] == config.num_blocks and t["token_slots"] == config.num_blocks * 16
+    assert t["tokens"] is None  # the harness's model config has no max_model_len: vLLM's capacity not known
     assert t["layers_per_strategy"] == {"full_attention": 3}
     assert t["layers_per_kind"] == {"full_attention": 3}
     [group] = data["kv_cache"]["groups"]
@@ -80,11 +81,11 @@ def test_json_report_written_with_exact_totals_and_specs(monkeypatch, tmp_path, 
     assert view["shape"] == [config.num_blocks, 2, 16, 128] and view["dtype"] == "bfloat16"
     assert layer["aliases"] == []  # one backing buffer, but each layer owns its bytes
     assert data["buffers"] == [{"id": 0, "bytes": size, "layers": sorted(kv)}]
-    summary_lines = [m for m in kv_log.at(logging.INFO) if m.startswith("kv_strategies: rank 0: built")]
+    summary_lines = [m for m in kv_log.at(logging.INFO) if m.startswith("kv_strategies: rank 0: vLLM built")]
     assert summary_lines == [
-        f"kv_strategies: rank 0: built 3 layers (full_attention=3) in 1 raw buffer; {size} bytes allocated "
-        f"({size / 2**30:.3f} GiB; required {size}, alignment padding 0, duplicated 0); "
-        f"num_blocks {config.num_blocks}, {config.num_blocks * 16} tokens"
+        f"kv_strategies: rank 0: vLLM built and the plugin checked 3 layers (full_attention=3) in 1 raw buffer; "
+        f"{size} bytes allocated ({size / 2**30:.3f} GiB; required {size}, alignment padding 0, unused 0, duplicated 0); "
+        f"num_blocks {config.num_blocks} ({config.num_blocks * 16} token slots)"
     ]
     assert f"kv_strategies: rank 0: report written to {path}" in kv_log.at(logging.INFO)
 
@@ -109,11 +110,11 @@ def test_padding_and_duplicates_are_measured_from_the_tensors():
         kv_cache_groups=[KVCacheGroupSpec(names, spec)],
     )
     plan = plan_kv_cache(config)
-    # One buffer per layer (the fault stock vllm-ascend 0.11 had), each with 1 KiB of slack.
+    # One buffer per layer (the fault stock vllm-ascend 0.11 had), each with 1 KiB unused before its view.
     own = {n: torch.zeros(16384 + 1024, dtype=torch.int8)[1024:].view(torch.bfloat16).view(4, 16, 1, 128) for n in names}
     t = report_mod.build_report(plan, own, strided=True, place=ParallelRanks(3, 4, 0, 1, 0, 1, 3, 4))["totals"]
     assert (t["rank"], t["raw_buffers"], t["bytes_allocated"], t["bytes_required"]) == (3, 2, 34816, 16384)
-    assert (t["alignment_padding"], t["duplicated_bytes"]) == (2048, 16384)
+    assert (t["alignment_padding"], t["unused_bytes"], t["duplicated_bytes"]) == (0, 2048, 16384)
 
 
 def test_observe_reports_stock_without_a_plan(monkeypatch, tmp_path, kv_log):
@@ -122,11 +123,11 @@ def test_observe_reports_stock_without_a_plan(monkeypatch, tmp_path, kv_log):
     config, kv = stock_caches(dense(n=4))
     summary = report_mod.log_summary(None, kv, kv_cache_config=config, mode="observe", model="tiny", runner="GPUModelRunner (V1)")
     size = config.kv_cache_tensors[0].size
-    assert kv_log.at(logging.INFO)[0] == summary.line("stock")
-    assert summary.line("stock").startswith("kv_strategies: rank 0: stock built 4 layers (full_attention=4) in 1 raw buffer; ")
+    assert kv_log.at(logging.INFO)[0] == summary.line("stock_observed")
+    assert summary.line("stock_observed").startswith("kv_strategies: rank 0: stock built 4 layers (full_attention=4) in 1 raw buffer; ")
     data = json.loads((tmp_path / "kv_cache_report.latest.rank0.json").read_text())
     validate(data)
-    assert (data["built_by"], data["mode"], data["model"], data["runner"]) == ("stock", "observe", "tiny", "GPUModelRunner (V1)")
+    assert (data["built_by"], data["mode"], data["model"], data["runner"]) == ("stock_observed", "observe", "tiny", "GPUModelRunner (V1)")
     assert data["totals"]["layers_per_strategy"] == {}
     assert data["totals"]["layers_per_kind"] == {"full_attention": 4}
     assert (data["totals"]["bytes_allocated"], data["totals"]["bytes_required"]) == (size, size)
@@ -141,7 +142,7 @@ def test_summary_and_report_name_sliding_window_layers(monkeypatch, tmp_path, kv
     monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
     run_both(specs)
     [line] = [m for m in kv_log.at(logging.INFO) if "built" in m]
-    assert "built 6 layers (full_attention=2, sliding_window=4; strategies full_attention=6)" in line
+    assert "checked 6 layers (full_attention=2, sliding_window=4; strategies full_attention=6)" in line
     data = json.loads((tmp_path / "kv_cache_report.latest.rank0.json").read_text())
     windows = {}
     for spec in (s for g in data["kv_cache"]["groups"] for s in g["specs"]):
@@ -211,7 +212,7 @@ def reports(tmp_path_factory) -> dict[str, Path]:
 
     stock_fn = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
     ours_kv = UpstreamV1Adapter().initialize_kv_cache_tensors(stock_fn, make_runner(vllm_config, list(specs)), copy.deepcopy(config), None)
-    plugin = report_mod.build_report(plan, ours_kv, mode="on", model="tiny-llama")
+    plugin = report_mod.build_report(plan, ours_kv, mode="on", model="tiny-llama", built_by="vllm_checked")
     for name, data in {"stock": stock, "plugin": plugin}.items():
         (root / name).mkdir()
         out[name] = Path(report_mod.write_report(data, str(root / name)))
@@ -227,7 +228,8 @@ def reports(tmp_path_factory) -> dict[str, Path]:
     out["deploy"] = deploy
     v1 = {k: v for k, v in plugin.items() if k in ("layers", "buffers")}
     v1 |= {"schema_version": 1, "plugin_version": "0.1.0", "vllm": "0.32.0", "vllm_ascend": None,
-           "totals": {k: v for k, v in plugin["totals"].items() if k != "layers_per_kind"}}
+           "totals": {**{k: plugin["totals"][k] for k in schema._V1_TOTALS if k != "tokens"},
+                      "tokens": plugin["totals"]["token_slots"]}}  # schema 1's tokens: num_blocks x block size
     v1["layers"] = {n: {k: v for k, v in e.items() if k != "kind"} for n, e in v1["layers"].items()}
     out["v1"] = root / "kv_cache_report.rank0.json"
     out["v1"].write_text(json.dumps(v1))
@@ -238,7 +240,7 @@ def test_render_one_report(reports):
     shown = run_cli(reports["plugin"])
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines[0].startswith(f"KV cache report (schema 2): {reports['plugin']}, built by the plugin (KV_STRATEGIES=on), model tiny-llama, vLLM ")
+    assert lines[0].startswith(f"KV cache report (schema 3): {reports['plugin']}, built by vLLM, checked by the plugin (KV_STRATEGIES=on), model tiny-llama, vLLM ")
     assert "  group 0: FullAttentionSpec (full_attention), block_size 16, bfloat16, 2 KV heads x 64, page 8,192 bytes: 4 layers" in lines
     assert any(line.startswith("model.layers.1.self_attn.attn") and "full_attention" in line for line in lines)
 
@@ -247,8 +249,8 @@ def test_compare_stock_with_plugin_labels_a_and_b(reports):
     diff = run_cli(reports["stock"], reports["plugin"])
     assert diff.returncode == 0, diff.stderr
     lines = diff.stdout.splitlines()
-    assert lines[0].startswith(f"A: {reports['stock']}, built by stock vLLM (KV_STRATEGIES=observe), model tiny-llama")
-    assert lines[1].startswith(f"B: {reports['plugin']}, built by the plugin (KV_STRATEGIES=on), model tiny-llama")
+    assert lines[0].startswith(f"A: {reports['stock']}, built by stock vLLM (observed; KV_STRATEGIES=observe), model tiny-llama")
+    assert lines[1].startswith(f"B: {reports['plugin']}, built by vLLM, checked by the plugin (KV_STRATEGIES=on), model tiny-llama")
     stock, plugin = (json.loads(reports[k].read_text())["totals"] for k in ("stock", "plugin"))
     row = next(line for line in lines if line.startswith("bytes_allocated"))
     assert row.split() == ["bytes_allocated", f"{stock['bytes_allocated']:,}", f"{plugin['bytes_allocated']:,}", "+0", "1.000"]
@@ -291,9 +293,9 @@ def test_report_dir_sums_up_the_deployment(reports):
     assert lines[0] == f"KV cache reports in {reports['deploy']}: 2 reports, 2 ranks (each rank's newest report), world size 2"
     rows = [line.split() for line in lines[2:4]]
     assert [r[:10] for r in rows] == [[str(rank), f"0/0/{rank}", "plugin", "on", "4", "1", f"{t['bytes_allocated']:,}", f"{t['bytes_required']:,}",
-                                      f"{t['num_blocks']:,}", f"{t['tokens']:,}"] for rank in (0, 1)]
+                                      f"{t['num_blocks']:,}", "-"] for rank in (0, 1)]
     assert lines[4] == (f"deployment (2 ranks): {2 * t['bytes_allocated']:,} bytes allocated ({2 * t['bytes_allocated'] / 2**30:.3f} GiB), "
-                        f"{2 * t['bytes_required']:,} required; tokens per rank {t['tokens']:,} on every rank")
+                        f"{2 * t['bytes_required']:,} required; tokens per rank (vLLM's capacity) - on every rank")
     assert lines[5] == "layouts: the same on every rank"
     assert "flagged:" not in lines
 
@@ -309,7 +311,7 @@ def test_report_dir_flags_missing_stock_and_leftover_ranks(reports, tmp_path):
                                               "plugin did not run there (KV_STRATEGIES=off on that rank's node?) or wrote elsewhere"]
     # Rank 1 left by an earlier observe run, with a 2-layer model's layout.
     stock = json.loads(reports["other_model"].read_text())
-    leftover = {**stock, "totals": {**stock["totals"], "rank": 1}, "built_by": "stock", "mode": "observe",
+    leftover = {**stock, "totals": {**stock["totals"], "rank": 1}, "built_by": "stock_observed", "mode": "observe",
                 "run_id": "r0", "world_size": 2, "model": "tiny-llama", "created": "2020-01-01T00:00:00.000000Z"}
     (deploy / "kv_cache_report.20200101T000000Z.1.rank1.json").write_text(json.dumps(leftover))
     shown = run_cli(deploy)
@@ -318,7 +320,7 @@ def test_report_dir_flags_missing_stock_and_leftover_ranks(reports, tmp_path):
     assert any(line.startswith("ranks whose layouts differ: layout ") for line in lines)
     flagged = lines[lines.index("flagged:") + 1:]
     assert flagged == [
-        "  rank 1: the plugin did not build this KV cache (stock vLLM, KV_STRATEGIES=observe)",
+        "  rank 1: the plugin neither built nor checked this KV cache (stock vLLM (observed; KV_STRATEGIES=observe))",
         "  ranks from different runs (a rank's newest report may be left from an earlier run; set KV_STRATEGIES_RUN_ID "
         "alike on every node of one deployment): run r1: rank 0; run r0: rank 1",
     ]
@@ -328,7 +330,7 @@ def test_schema_1_files_are_read(reports):
     shown = run_cli(reports["v1"])
     assert shown.returncode == 0, shown.stderr
     first = shown.stdout.splitlines()[0]
-    assert first.startswith(f"KV cache report (schema 1): {reports['v1']}, built by the plugin (mode not recorded), model not recorded, vLLM 0.32.0, plugin 0.1.0, rank 0, written ")
+    assert first.startswith(f"KV cache report (schema 1): {reports['v1']}, built by vLLM, checked by the plugin (mode not recorded), model not recorded, vLLM 0.32.0, plugin 0.1.0, rank 0, written ")
     assert first.endswith(" (file time; schema 1)")
     diff = run_cli(reports["v1"], reports["plugin"])
     assert diff.returncode == 0, diff.stderr
@@ -347,14 +349,14 @@ def broken(tmp_path: Path, reports, change) -> Path:
     ("change", "message"),
     [
         (lambda d: d.pop("totals"), "missing key 'totals'"),
-        (lambda d: d["totals"].pop("tokens"), "missing key 'tokens' at $.totals"),
+        (lambda d: d["totals"].pop("token_slots"), "missing key 'token_slots' at $.totals"),
         (lambda d: next(iter(d["layers"].values())).pop("views"), "missing key 'views' at $.layers['model.layers.0.self_attn.attn']"),
         (lambda d: d["totals"].update(bytes_allocated="many"), "'many' is not of type 'integer' at $.totals.bytes_allocated"),
-        (lambda d: d.update(schema_version=3), "written with report schema 3, newer than this vllm-kv-strategies 0.1.0 reads (schemas 1-2): upgrade the plugin to read it"),
+        (lambda d: d.update(schema_version=4), "written with report schema 4, newer than this vllm-kv-strategies 0.1.0 reads (schemas 1-3): upgrade the plugin to read it"),
         (lambda d: d.pop("schema_version"), "not a KV cache report (no 'schema_version' key; KV_STRATEGIES_REPORT writes one)"),
         (lambda d: d.update(schema_version="2"), "not a KV cache report (schema_version '2')"),
     ],
-    ids=["totals", "totals.tokens", "views", "type", "newer", "no-version", "version-type"],
+    ids=["totals", "totals.token_slots", "views", "type", "newer", "no-version", "version-type"],
 )
 def test_a_broken_file_gives_one_line_and_exit_2(reports, tmp_path, change, message):
     path = broken(tmp_path, reports, change)
@@ -416,12 +418,6 @@ def test_the_schema_file_is_package_data():
     text = (Path(render.__file__).parent / schema.SCHEMA_FILE).read_text()
     assert json.loads(text)["properties"]["schema_version"] == {"const": schema.SCHEMA_VERSION}
     assert write.SCHEMA_VERSION == schema.SCHEMA_VERSION
-
-
-def test_three_paths_are_refused(reports):
-    shown = run_cli(reports["stock"], reports["plugin"], reports["stock"])
-    assert shown.returncode == 2
-    assert shown.stderr.splitlines()[-1].endswith("error: report takes one FILE or DIR, or two reports A B to compare")
 
 
 def test_two_processes_of_one_run_claiming_one_rank_are_flagged(reports, tmp_path):

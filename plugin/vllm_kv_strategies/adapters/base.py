@@ -37,6 +37,11 @@ class RunnerAdapter:
     """
 
     target: PatchTarget
+    #: ``built_by`` when the plugin planned the build (:data:`~vllm_kv_strategies.report.summary.BUILT_BY`):
+    #: ``plugin`` where its layout code allocates, ``vllm_checked`` where vLLM's own code does.
+    built_with_plan = "plugin"
+    #: Why the last :meth:`plan_or_fallback` fell back to stock (None: it did not).
+    fallback_reason: str | None = None
 
     def replacements(self) -> dict[str, Callable[..., Any]]:
         raise NotImplementedError
@@ -101,16 +106,17 @@ class RunnerAdapter:
     def observing() -> bool:
         return envs.KV_STRATEGIES == "observe"
 
-    @staticmethod
-    def plan_or_fallback(plan: Callable[[], KVCachePlan]) -> KVCachePlan | None:
+    def plan_or_fallback(self, plan: Callable[[], Any]) -> Any:
         """``plan()``, or None for "build this runner stock".
 
         Any failure while planning (nothing is allocated yet) leaves the whole
         runner stock in ``auto``, with one warning per worker naming the layer,
-        its spec and the reason; ``KV_STRATEGIES=on`` raises it. A
+        its spec and the reason (kept in :attr:`fallback_reason` for the
+        report); ``KV_STRATEGIES=on`` raises it. A
         :class:`~vllm_kv_strategies.errors.StockWouldFailError` (stock would
         corrupt the cache or fail on it too) is raised in every mode.
         """
+        self.fallback_reason = None
         try:
             return plan()
         except StockWouldFailError:
@@ -119,6 +125,7 @@ class RunnerAdapter:
             if envs.KV_STRATEGIES == "on":
                 raise
             warn_once(f"{PREFIX} falling back to stock KV cache for all layers: {exc}")
+            self.fallback_reason = str(exc)
             return None
 
     @staticmethod
@@ -164,17 +171,28 @@ class RunnerAdapter:
         return lambda name: ModelDims.from_objects(forward_context.get(name), hf_config, model_dtype=model_dtype)
 
     def report(
-        self, plan: KVCachePlan | None, kv_caches: dict[str, Any], kv_cache_config: Any, configs: Any = None
+        self, plan: KVCachePlan | None, kv_caches: dict[str, Any], kv_cache_config: Any, configs: Any = None,
+        modules: dict[str, Any] | None = None,
     ) -> None:
-        """The summary line (and the JSON report where asked) of what was built:
-        by the strategies (``plan``), or by stock (``plan`` None: observe, or
-        the fallback). ``configs``, anything with vLLM's ``model_config`` and
-        ``parallel_config`` (the runner, or its ``VllmConfig``), names the
-        model and the worker's data parallel rank."""
+        """The summary line (and the JSON report where asked) of what was built,
+        and by whom: :attr:`built_with_plan` with a ``plan``; else stock
+        (``stock_observed`` in observe mode, ``stock_fallback`` with
+        :attr:`fallback_reason`). ``configs``, anything with vLLM's
+        ``model_config`` and ``parallel_config`` (the runner, or its
+        ``VllmConfig``), names the model, the worker's data parallel rank and
+        vLLM's capacity; ``modules`` (layer -> attention module; defaults to
+        its ``static_forward_context``) each layer's own window."""
+        vllm_config = getattr(configs, "vllm_config", configs)
+        if modules is None:
+            compilation = getattr(configs, "compilation_config", None) or getattr(vllm_config, "compilation_config", None)
+            modules = getattr(compilation, "static_forward_context", None)
+        built_by = self.built_with_plan if plan is not None else "stock_observed" if self.observing() else "stock_fallback"
         log_summary(
             plan, kv_caches, kv_cache_config=kv_cache_config, mode=envs.KV_STRATEGIES,
             model=getattr(getattr(configs, "model_config", None), "model", None), runner=self.target.runner,
-            parallel_config=getattr(configs, "parallel_config", None),
+            parallel_config=getattr(configs, "parallel_config", None), built_by=built_by,
+            fallback_reason=self.fallback_reason if built_by == "stock_fallback" else None,
+            vllm_config=vllm_config, modules=modules,
         )
 
     @staticmethod

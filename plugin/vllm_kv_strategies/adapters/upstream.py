@@ -98,6 +98,7 @@ def plan_upstream(
 
 class UpstreamV1Adapter(RunnerAdapter):
     target = facts.V1
+    built_with_plan = "vllm_checked"  # vLLM's own allocation builds it; the plugin checked the plan first
 
     def replacements(self) -> dict[str, Any]:
         return {

@@ -35,6 +35,7 @@ def shared_kv_cache_layers(vllm_config: Any) -> dict[str, str]:
 
 class UpstreamV2Adapter(RunnerAdapter):
     target = facts.V2
+    built_with_plan = "vllm_checked"  # vLLM's own allocation builds it; the plugin checked the plan first
 
     def replacements(self) -> dict[str, Any]:
         return {"init_kv_cache": self.init_kv_cache, "GPUModelRunner.initialize_kv_cache": self.initialize_kv_cache}
@@ -68,7 +69,7 @@ class UpstreamV2Adapter(RunnerAdapter):
         kv_caches = stock(forward_context, kv_cache_config, device, kernel_block_sizes, vllm_config, *args, **kwargs)
         if plan is not None:
             self.inject_test_fault(plan, kv_caches, forward_context)
-        self.report(plan, kv_caches, kv_cache_config, vllm_config)
+        self.report(plan, kv_caches, kv_cache_config, vllm_config, forward_context)
         return kv_caches
 
     def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:

@@ -10,8 +10,17 @@ import json
 import os
 
 from .schema import ReportError, created, latest_per_rank
+from .summary import BUILT_BY
 
-TOTALS = ("raw_buffers", "bytes_allocated", "bytes_required", "alignment_padding", "duplicated_bytes", "num_blocks", "tokens")
+TOTALS = ("raw_buffers", "bytes_allocated", "bytes_required", "alignment_padding", "unused_bytes", "duplicated_bytes",
+          "num_blocks", "token_slots", "tokens", "max_concurrency")
+
+
+def _num(value: int | float | None) -> str:
+    """``1,024``, ``936.23`` (a concurrency), or ``-`` (not known)."""
+    if value is None:
+        return "-"
+    return f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
 
 
 def _counts(counts: dict | None) -> str:
@@ -19,9 +28,16 @@ def _counts(counts: dict | None) -> str:
 
 
 def _built_by(report: dict) -> str:
+    """``built by the plugin (KV_STRATEGIES=on)``, ``built by vLLM, checked by the plugin (...)``,
+    ``built by stock vllm-ascend (observed; ...)``, ``built by stock vLLM (the plugin fell back: why; ...)``."""
     mode = f"KV_STRATEGIES={report['mode']}" if report.get("mode") else "mode not recorded"
-    who = "the plugin" if report["built_by"] == "plugin" else "stock vLLM"
-    return f"built by {who} ({mode})"
+    built_by = report["built_by"]
+    if not built_by.startswith("stock"):
+        return f"built by {BUILT_BY[built_by]} ({mode})"
+    stock = "stock vllm-ascend" if (report.get("versions") or {}).get("vllm_ascend") else "stock vLLM"
+    if built_by == "stock_observed":
+        return f"built by {stock} (observed; {mode})"
+    return f"built by {stock} (the plugin fell back: {report.get('fallback_reason') or 'reason not recorded'}; {mode})"
 
 
 def _rank(report: dict) -> str:
@@ -87,12 +103,15 @@ def render(report: dict, path: str) -> str:
         for group in report["kv_cache"]["groups"]:
             for spec in group["specs"]:
                 lines.append(f"  group {group['id']}: {_spec_line(spec)}")
-    lines.append(f"{'layer':48} {'kind':24} {'strategy':14} views (shape dtype @buffer+offset)")
+    width = max([24] + [len(e.get("kind") or e["spec_type"] or "-") for e in report["layers"].values()])
+    lines.append(f"{'layer':48} {'kind':{width}} {'strategy':14} views (shape dtype @buffer+offset)")
     for name, entry in report["layers"].items():
-        lines.append(f"{name:48} {entry.get('kind') or entry['spec_type'] or '-':24} {entry['strategy'] or '-':14} {_views(entry)}")
+        lines.append(f"{name:48} {entry.get('kind') or entry['spec_type'] or '-':{width}} {entry['strategy'] or '-':14} {_views(entry)}")
     lines.append("")
     for key in TOTALS:
-        lines.append(f"{key:20} {t[key]:>16,}")
+        lines.append(f"{key:20} {_num(t[key]):>16}")
+    if t.get("max_model_len"):
+        lines.append(f"{'max_model_len':20} {_num(t['max_model_len']):>16}")
     lines.append(f"{'layers_per_kind':20} {_counts(t.get('layers_per_kind'))}")
     lines.append(f"{'layers_per_strategy':20} {_counts(t['layers_per_strategy'])}")
     return "\n".join(lines)
@@ -122,8 +141,10 @@ def compare(a: dict, b: dict, path_a: str = "A", path_b: str = "B", *, limit: in
     lines = [f"A: {describe(a, path_a)}", f"B: {describe(b, path_b)}", ""]
     lines.append(f"{'':20} {'A':>16} {'B':>16} {'B - A':>16} {'B / A':>8}")
     for key in TOTALS:
-        ratio = f"{tb[key] / ta[key]:.3f}" if ta[key] else "-"
-        lines.append(f"{key:20} {ta[key]:>16,} {tb[key]:>16,} {tb[key] - ta[key]:>+16,} {ratio:>8}")
+        known = ta[key] is not None and tb[key] is not None
+        ratio = f"{tb[key] / ta[key]:.3f}" if known and ta[key] else "-"
+        delta = ("+" if tb[key] - ta[key] >= 0 else "") + _num(tb[key] - ta[key]) if known else "-"
+        lines.append(f"{key:20} {_num(ta[key]):>16} {_num(tb[key]):>16} {delta:>16} {ratio:>8}")
     lines.append("")
     lines.append(f"layers by kind: A {_counts(ta.get('layers_per_kind'))}; B {_counts(tb.get('layers_per_kind'))}")
     lines.append(f"layers by strategy: A {_counts(ta['layers_per_strategy'])}; B {_counts(tb['layers_per_strategy'])}")
@@ -217,15 +238,17 @@ def deployment(directory: str, items: list[tuple[str, dict]]) -> tuple[str, bool
 
     Returns:
         the text, and whether anything is flagged: a rank missing (up to the
-        world size), a rank the plugin did not build, a rank two processes of
-        one run wrote, ranks from different runs or of different models.
+        world size), a rank stock built (the fallback; observe where other
+        ranks are not observed: a directory observed on every rank is not
+        flagged), a rank two processes of one run wrote, ranks from different
+        runs or of different models.
     """
     per_rank, found = latest_per_rank(items), len(items)
     reports = [r for _, r in per_rank.values()]
     world = max([r.get("world_size") or 0 for r in reports] + [max(per_rank) + 1])
     lines = [f"KV cache reports in {directory}: {_plural(found, 'report')}, "
              f"{_plural(len(per_rank), 'rank')} (each rank's newest report), world size {world}"]
-    header = (f"{'rank':>4}  {'dp/pp/tp':8}  {'built by':9} {'mode':8} {'layers':>6} {'buffers':>7} {'bytes allocated':>16} "
+    header = (f"{'rank':>4}  {'dp/pp/tp':8}  {'built by':14} {'mode':8} {'layers':>6} {'buffers':>7} {'bytes allocated':>16} "
               f"{'bytes required':>16} {'num_blocks':>10} {'tokens':>10}  {'layout':8}  file")
     lines.append(header)
     stages: dict[int, dict[str, list[int]]] = {}  # pipeline stage -> layout -> ranks: stages hold different layers
@@ -235,16 +258,16 @@ def deployment(directory: str, items: list[tuple[str, dict]]) -> tuple[str, bool
         layout = layout_id(r)
         stages.setdefault(_stage(r), {}).setdefault(layout, []).append(rank)
         lines.append(
-            f"{rank:>4}  {_place(r):8}  {r['built_by']:9} {r.get('mode') or '-':8} {sum(kinds.values()):>6} {t['raw_buffers']:>7} "
-            f"{t['bytes_allocated']:>16,} {t['bytes_required']:>16,} {t['num_blocks']:>10,} {t['tokens']:>10,}  {layout:8}  {os.path.basename(path)}"
+            f"{rank:>4}  {_place(r):8}  {r['built_by']:14} {r.get('mode') or '-':8} {sum(kinds.values()):>6} {t['raw_buffers']:>7} "
+            f"{t['bytes_allocated']:>16,} {t['bytes_required']:>16,} {t['num_blocks']:>10,} {_num(t['tokens']):>10}  {layout:8}  {os.path.basename(path)}"
         )
     allocated = sum(r["totals"]["bytes_allocated"] for r in reports)
     required = sum(r["totals"]["bytes_required"] for r in reports)
-    tokens = sorted({r["totals"]["tokens"] for r in reports})
+    tokens = sorted({r["totals"]["tokens"] for r in reports}, key=lambda n: -1 if n is None else n)
     lines.append(
         f"deployment ({_plural(len(per_rank), 'rank')}): {allocated:,} bytes allocated ({allocated / 2**30:.3f} GiB), "
-        f"{required:,} required; tokens per rank "
-        + (f"{tokens[0]:,} on every rank" if len(tokens) == 1 else f"{tokens[0]:,} to {tokens[-1]:,}")
+        f"{required:,} required; tokens per rank (vLLM's capacity) "
+        + (f"{_num(tokens[0])} on every rank" if len(tokens) == 1 else f"{_num(tokens[0])} to {_num(tokens[-1])}")
     )
     differ = {stage: layouts for stage, layouts in sorted(stages.items()) if len(layouts) > 1}
     if not differ:
@@ -262,9 +285,12 @@ def deployment(directory: str, items: list[tuple[str, dict]]) -> tuple[str, bool
                      f"(world size {world}): the plugin did not run there (KV_STRATEGIES=off on that rank's node?) "
                      "or wrote elsewhere")
     flags += _claimed_twice(items)
+    observed = all(r["built_by"] == "stock_observed" for r in reports)
+    if observed:  # asked for: KV_STRATEGIES=observe on every rank
+        lines.append("every rank observed (KV_STRATEGIES=observe): stock built each KV cache, the plugin described it")
     for rank, (_, r) in per_rank.items():
-        if r["built_by"] != "plugin":
-            flags.append(f"rank {rank}: the plugin did not build this KV cache (stock vLLM, KV_STRATEGIES={r.get('mode')})")
+        if r["built_by"].startswith("stock") and not observed:
+            flags.append(f"rank {rank}: the plugin neither built nor checked this KV cache ({_built_by(r).removeprefix('built by ')})")
     runs: dict[str, list[int]] = {}
     for rank, (_, r) in per_rank.items():
         runs.setdefault(r.get("run_id") or "not recorded", []).append(rank)

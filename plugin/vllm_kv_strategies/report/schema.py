@@ -18,9 +18,11 @@ from importlib import resources
 from typing import Any
 
 #: The version this plugin writes. Readers accept :data:`READABLE`.
-SCHEMA_VERSION = 2
-#: Schema 1 (0.1.0) files are read: the fields they lack are shown as unknown.
-READABLE = (1, 2)
+SCHEMA_VERSION = 3
+#: Schema 1 (0.1.0) and 2 files are read in schema 3's form: what they lack is unknown (None).
+READABLE = (1, 2, 3)
+#: Runners where vLLM's own code allocates the cache and the plugin checks it (schema 2 said ``plugin``).
+VLLM_BUILT_RUNNERS = ("GPUModelRunner (V1)", "GPUModelRunner (V2)")
 #: The value of every report's ``report`` key (tells a report from other JSON).
 MARKER = "vllm-kv-strategies KV cache report"
 SCHEMA_FILE = "kv_cache_report.schema.json"
@@ -71,7 +73,7 @@ def _where(error: Any) -> str:
 
 
 def validate(data: dict) -> None:
-    """Check a schema-2 report against the shipped JSON Schema.
+    """Check a schema-3 report against the shipped JSON Schema.
 
     Raises:
         ReportError: the first (most relevant) violation, e.g. ``missing key 'totals'``.
@@ -88,9 +90,32 @@ def validate(data: dict) -> None:
     raise ReportError(f"{message}{_where(error)}")
 
 
+def upgrade_v2(data: dict) -> dict:
+    """A schema-2 report in schema 3's form. Schema 2's ``built_by`` said
+    ``plugin`` where vLLM's runner built the cache (upstream V1 / V2: now
+    ``vllm_checked``) and ``stock`` for both observe and the fallback (told
+    apart by ``mode``; the reason was not recorded); its ``tokens`` was
+    ``num_blocks`` x the smallest block size (now ``token_slots``; vLLM's
+    capacity was not recorded); its ``alignment_padding`` counted every byte
+    outside the views (the unused part is not told apart: ``unused_bytes`` None)."""
+    if not isinstance(data.get("totals"), dict) or "tokens" not in data["totals"]:
+        raise ReportError("missing key 'tokens' at $.totals (schema 2)" if isinstance(data.get("totals"), dict)
+                          else "missing key 'totals' (schema 2)")
+    if data.get("built_by") == "stock":
+        built_by = "stock_observed" if data.get("mode") == "observe" else "stock_fallback"
+    else:
+        built_by = "vllm_checked" if data.get("runner") in VLLM_BUILT_RUNNERS else "plugin"
+    totals = {**data["totals"], "unused_bytes": None, "token_slots": data["totals"]["tokens"], "tokens": None,
+              "max_concurrency": None, "max_model_len": None}
+    upgraded = {**data, "built_by": built_by, "fallback_reason": None, "totals": totals}
+    validate({**upgraded, "schema_version": SCHEMA_VERSION})
+    return upgraded
+
+
 def upgrade_v1(data: dict) -> dict:
-    """A schema-1 report (0.1.0) in schema 2's form; what 0.1.0 did not record
-    (model, time, mode, specs, kinds) is None. Only the plugin wrote them."""
+    """A schema-1 report (0.1.0) in schema 3's form; what 0.1.0 did not record
+    (model, time, mode, specs, kinds, capacity) is None. Only the plugin wrote
+    them; without vllm-ascend, vLLM's runner built the cache and the plugin checked it."""
     for key in ("totals", "layers", "buffers"):
         if not isinstance(data.get(key), (dict, list)):
             raise ReportError(f"missing key {key!r} (schema 1)")
@@ -107,18 +132,20 @@ def upgrade_v1(data: dict) -> dict:
         "model": None,
         "runner": None,
         "mode": None,
-        "built_by": "plugin",
+        "built_by": "plugin" if data.get("vllm_ascend") else "vllm_checked",
+        "fallback_reason": None,
         "versions": {"plugin": data.get("plugin_version"), "vllm": data.get("vllm"),
                      "vllm_ascend": data.get("vllm_ascend"), "torch": None},
         "kv_cache": None,
-        "totals": {**data["totals"], "layers_per_kind": None},
+        "totals": {**data["totals"], "layers_per_kind": None, "unused_bytes": None, "token_slots": data["totals"]["tokens"],
+                   "tokens": None, "max_concurrency": None, "max_model_len": None},
         "layers": {name: {**entry, "kind": None} for name, entry in data["layers"].items()},
         "buffers": data["buffers"],
     }
 
 
 def parse(data: Any) -> dict:
-    """A report of any readable schema version, in schema 2's form.
+    """A report of any readable schema version, in schema 3's form.
 
     Raises:
         ReportError: not a report, a newer schema, or a key missing (message
@@ -140,6 +167,8 @@ def parse(data: Any) -> dict:
         )
     if version == 1:
         return upgrade_v1(data)
+    if version == 2:
+        return upgrade_v2(data)
     validate(data)
     return data
 
@@ -158,6 +187,8 @@ def load(path: str | os.PathLike) -> dict:
         raise ReportError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise ReportError(f"{path}: not a KV cache report (not UTF-8 text)") from None
+    if not text.strip():
+        raise ReportError(f"{path}: an empty file, not a KV cache report (a worker writing it right now, or a failed write)")
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -189,6 +220,14 @@ def load_dir(directory: str | os.PathLike) -> list[tuple[str, dict]]:
     except OSError as exc:
         raise ReportError(f"{directory}: cannot read it ({exc.strerror or exc})") from None
     if not names:
+        holding = report_subdirectories(directory)
+        if holding:
+            shown = [os.path.join(str(directory), d) for d in holding]
+            raise ReportError(
+                f"{directory}: no KV cache report in this directory; its subdirector{'y' if len(holding) == 1 else 'ies'} "
+                f"{', '.join(holding)} hold{'s' if len(holding) == 1 else ''} reports: name one "
+                f"(report {shown[0]})" + (f" or two to compare (report {shown[0]} {shown[1]})" if len(shown) > 1 else "")
+            )
         raise ReportError(
             f"{directory}: no KV cache report in this directory (files kv_cache_report.*.json, "
             f"written by vLLM workers with KV_STRATEGIES_REPORT={directory})"
@@ -203,6 +242,18 @@ def load_dir(directory: str | os.PathLike) -> list[tuple[str, dict]]:
         if key not in seen or named["latest"] is None:
             seen[key] = (path, report)
     return sorted(seen.values(), key=lambda item: (item[1]["totals"]["rank"], created(item[1], item[0])))
+
+
+def report_subdirectories(directory: str | os.PathLike) -> list[str]:
+    """The names of ``directory``'s subdirectories that hold report files (sorted)."""
+    found = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        try:
+            if entry.is_dir() and any(NAME_RE.match(n) for n in os.listdir(entry.path)):
+                found.append(entry.name)
+        except OSError:  # unreadable: not named
+            continue
+    return found
 
 
 def latest_per_rank(items: list[tuple[str, dict]]) -> dict[int, tuple[str, dict]]:

@@ -4,7 +4,9 @@ spec, read from vLLM's spec objects (vLLM is imported only for its
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ..compat.specs import layer_spec
@@ -58,14 +60,46 @@ def spec_fields(spec: Any, layers: list[str]) -> dict:
     return fields
 
 
-def describe_groups(kv_cache_config: Any) -> tuple[list[dict], dict[str, tuple[int, Any]]]:
+_NO_WINDOW = object()
+
+
+def own_spec(spec: Any, module: Any) -> Any:
+    """The layer's own spec: ``spec`` with the window of its attention module.
+
+    With vLLM's hybrid KV cache manager off, ``unify_hybrid_kv_cache_specs``
+    (``vllm/v1/core/kv_cache_utils.py``) stores sliding-window layers as full
+    attention with their window, and ``FullAttentionSpec.merge`` gives the
+    whole group that window: the group's spec then calls a Gemma-3-like
+    model's global layers windowed. Each layer's module (vLLM's ``Attention``
+    sets ``sliding_window`` per layer) says which it is. ``spec`` unchanged
+    where the module does not say (no module, no ``sliding_window``) or agrees.
+    """
+    window = getattr(module, "sliding_window", _NO_WINDOW)
+    if window is _NO_WINDOW or not dataclasses.is_dataclass(spec) or "sliding_window" not in {
+        f.name for f in dataclasses.fields(spec)
+    }:
+        return spec
+    if window == spec.sliding_window or not (window is None or isinstance(window, int)):
+        return spec
+    try:
+        return dataclasses.replace(spec, sliding_window=window)
+    except (TypeError, ValueError, AssertionError):  # a spec class that refuses the field: the config's
+        return spec
+
+
+def describe_groups(
+    kv_cache_config: Any, modules: Mapping[str, Any] | None = None
+) -> tuple[list[dict], dict[str, tuple[int, Any]]]:
     """The config's groups with their distinct layer specs
-    (``UniformTypeKVCacheSpecs`` unwrapped), and layer -> (group, spec)."""
+    (``UniformTypeKVCacheSpecs`` unwrapped, each layer's window from its
+    attention module in ``modules``, the runner's ``static_forward_context``:
+    :func:`own_spec`), and layer -> (group, own spec)."""
     groups, layer_specs = [], {}
+    modules = modules or {}
     for gid, group in enumerate(kv_cache_config.kv_cache_groups):
         by_spec: dict[Any, tuple[Any, list[str]]] = {}
         for name in group.layer_names:
-            spec = layer_spec(group.kv_cache_spec, name)
+            spec = own_spec(layer_spec(group.kv_cache_spec, name), modules.get(name))
             layer_specs[name] = (gid, spec)
             try:
                 hash(spec)
@@ -76,3 +110,49 @@ def describe_groups(kv_cache_config: Any) -> tuple[list[dict], dict[str, tuple[i
         groups.append({"id": gid, "layers": list(group.layer_names),
                        "specs": [spec_fields(spec, names) for spec, names in by_spec.values()]})
     return groups, layer_specs
+
+
+def capacity(vllm_config: Any, kv_cache_config: Any) -> tuple[int, float, int] | None:
+    """vLLM's KV cache capacity: (tokens, maximum concurrency, max_model_len).
+
+    vLLM's ``get_kv_cache_capacity`` (``vllm/v1/core/kv_cache_utils.py``,
+    0.30+) where the release has it, else ``get_max_concurrency_for_kv_cache_config``
+    times ``max_model_len`` (how vLLM 0.23+ logs "KV cache size: N tokens";
+    releases before 0.23 log ``num_blocks // groups x smallest block size``
+    instead). The concurrency is how many ``max_model_len`` requests fit: every
+    group draws a request's blocks (``cdiv(max_memory_usage_bytes, page)``,
+    sliding windows capped) from the one pool of ``num_blocks``. None where
+    vLLM cannot say (no ``vllm_config``, a spec it cannot size).
+    """
+    if vllm_config is None:
+        return None
+    try:
+        from vllm.v1.core import kv_cache_utils
+
+        max_model_len = vllm_config.model_config.max_model_len
+        if hasattr(kv_cache_utils, "get_kv_cache_capacity"):
+            tokens, concurrency = kv_cache_utils.get_kv_cache_capacity(vllm_config, kv_cache_config)
+        else:
+            concurrency = kv_cache_utils.get_max_concurrency_for_kv_cache_config(vllm_config, kv_cache_config)
+            tokens = int(concurrency * max_model_len)
+        return int(tokens), float(concurrency), int(max_model_len)
+    except Exception:  # described without it: the line and report say "not known"
+        return None
+
+
+def group_capacity(vllm_config: Any, kv_cache_config: Any, groups: list[dict]) -> None:
+    """Add to each described group (:func:`describe_groups`) its ``token_slots``
+    (``num_blocks`` x its block size) and, where vLLM can say, its
+    ``blocks_per_request``: the blocks one ``max_model_len`` request takes from
+    the pool in that group (``cdiv(max_memory_usage_bytes, page_size_bytes)``,
+    as vLLM's ``get_max_concurrency_for_kv_cache_config`` counts them; a
+    sliding window caps it)."""
+    for described, group in zip(groups, kv_cache_config.kv_cache_groups):
+        spec = group.kv_cache_spec
+        described["token_slots"] = kv_cache_config.num_blocks * spec.block_size
+        described["blocks_per_request"] = None
+        if vllm_config is not None:
+            try:
+                described["blocks_per_request"] = -(-spec.max_memory_usage_bytes(vllm_config) // spec.page_size_bytes)
+            except Exception:  # a spec vLLM cannot size here: not known
+                pass

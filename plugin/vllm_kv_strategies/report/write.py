@@ -5,18 +5,18 @@ line; with ``KV_STRATEGIES_REPORT=DIR`` it also writes its report (schema
 :data:`~.schema.SCHEMA_VERSION`) to ``DIR/kv_cache_report.<UTC time>.<pid>.rank<r>.json``
 and copies it to ``DIR/kv_cache_report.latest.rank<r>.json``.
 
-Everything is measured from the tensors themselves (storages, view extents),
-so stock's caches are reported the same way as the plugin's: with a plan the
-report names each layer's strategy and page parts; without one
-(``KV_STRATEGIES=observe``, stock built the cache) those are null and the rest
-comes from the ``KVCacheConfig``.
+Everything is measured from the tensors themselves (storages, the bytes each
+view addresses: :mod:`.addressed`), so stock's caches are reported the same
+way as the plugin's: with a plan the report names each layer's strategy and
+page parts; without one (``KV_STRATEGIES=observe``, the fallback) those are
+null and the rest comes from the ``KVCacheConfig``. ``built_by`` says who built
+it (:data:`~.summary.BUILT_BY`).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from datetime import datetime
+from collections import Counter
 from typing import Any
 
 import torch
@@ -26,9 +26,11 @@ from ..compat.specs import has_strided_tensors, tensor_layers
 from ..compat.parallel import ParallelRanks, parallel_ranks
 from .._version import __version__
 from ..logger import PREFIX, logger
-from .schema import MARKER, SCHEMA_VERSION, file_name, iso, latest_name, utc_now
-from .specs import describe_groups, dtype_name, spec_kind
-from .summary import KVCacheSummary
+from .files import run_id, write_report  # noqa: F401  (the writer's names: report.write_report)
+from .schema import MARKER, SCHEMA_VERSION, iso, utc_now
+from .addressed import Span, overlap, span
+from .specs import capacity, describe_groups, dtype_name, group_capacity, own_spec, spec_kind
+from .summary import BUILT_BY, KVCacheSummary
 
 #: Data pointers are reported aligned to at most this (2 MiB, the KV transfer need).
 MAX_REPORTED_ALIGNMENT = 2 * 1024 * 1024
@@ -40,15 +42,6 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in _tensors(v)]
     return []
-
-
-def _extent(view: torch.Tensor) -> tuple[int, int]:
-    """[start, end) byte offsets of a view inside its storage."""
-    start = view.storage_offset() * view.element_size()
-    if view.numel() == 0:
-        return start, start
-    last = sum((n - 1) * s for n, s in zip(view.shape, view.stride()))
-    return start, start + (last + 1) * view.element_size()
 
 
 def _alignment(ptr: int) -> int:
@@ -66,13 +59,18 @@ def build_report(
     runner: str | None = None,
     parallel_config: Any = None,
     place: ParallelRanks | None = None,
+    built_by: str | None = None,
+    fallback_reason: str | None = None,
+    vllm_config: Any = None,
+    modules: Any = None,
 ) -> dict:
-    """The JSON-able report (schema 2) of ``kv_caches``.
+    """The JSON-able report (schema 3) of ``kv_caches``.
 
     Args:
         plan: the :class:`~vllm_kv_strategies.plan.KVCachePlan` the plugin
-            built from, or None when stock built the cache (observe mode):
-            then each layer's strategy and page parts are null.
+            planned (and checked) before the build, or None when it made
+            none (observe, the fallback): then each layer's strategy and
+            page parts are null.
         kv_caches: layer name -> tensor (or list/tuple of tensors) as built.
         strided: the config's tensors describe one backing allocation (vLLM
             0.30+), so the required bytes are its size, not the sum of sizes;
@@ -88,9 +86,19 @@ def build_report(
             :func:`~vllm_kv_strategies.compat.parallel.parallel_ranks` of
             ``parallel_config``: vLLM's global rank, data-parallel engines
             included; rank 0 of 1 without torch.distributed.
+        built_by: who built it, a key of :data:`~.summary.BUILT_BY`;
+            defaults to ``plugin`` with a plan, else ``stock_observed`` in
+            observe mode and ``stock_fallback`` otherwise.
+        fallback_reason: why the plugin fell back to stock (``stock_fallback``).
+        vllm_config: vLLM's ``VllmConfig``, for vLLM's capacity (tokens, max
+            concurrency; null without it).
+        modules: layer -> attention module (the runner's
+            ``static_forward_context``): each layer's own window
+            (:func:`~.specs.own_spec`).
 
     Raises:
-        ValueError: neither ``plan`` nor ``kv_cache_config`` given.
+        ValueError: neither ``plan`` nor ``kv_cache_config`` given, or an
+            unknown ``built_by``.
     """
     from .. import envs
 
@@ -99,9 +107,15 @@ def build_report(
         raise ValueError("build_report needs a plan or a kv_cache_config")
     place = parallel_ranks(parallel_config) if place is None else place
     mode = envs.KV_STRATEGIES if mode is None else mode
-    groups, layer_specs = describe_groups(config)
+    if built_by is None:
+        built_by = "plugin" if plan is not None else "stock_observed" if mode == "observe" else "stock_fallback"
+    if built_by not in BUILT_BY:
+        raise ValueError(f"built_by {built_by!r} is none of {', '.join(BUILT_BY)}")
+    groups, layer_specs = describe_groups(config, modules)
+    group_capacity(vllm_config, config, groups)
     storages: dict[int, dict] = {}
     layers: dict[str, dict] = {}
+    spans: list[tuple[int, Span, str]] = []  # (buffer, bytes addressed, layer)
     for name, value in kv_caches.items():
         views = []
         for view in _tensors(value):
@@ -109,24 +123,27 @@ def build_report(
             buf = storages.setdefault(
                 storage.data_ptr(), {"id": len(storages), "bytes": storage.nbytes(), "layers": [], "extent": None}
             )
-            start, end = _extent(view)
+            sp = span(tuple(view.shape), tuple(view.stride()), view.storage_offset(), view.element_size())
+            start, end = sp.extent
             ext = buf["extent"]
-            buf["extent"] = (start, end) if ext is None else (min(ext[0], start), max(ext[1], end))
+            if sp.runs:
+                buf["extent"] = (start, end) if ext is None else (min(ext[0], start), max(ext[1], end))
             if name not in buf["layers"]:
                 buf["layers"].append(name)
+            spans.append((buf["id"], sp, name))
             views.append(
                 {
                     "shape": list(view.shape),
                     "stride": list(view.stride()),
                     "dtype": dtype_name(view.dtype),
-                    "bytes": end - start,
+                    "bytes": sp.nbytes,
                     "buffer": buf["id"],
-                    "offset": start,
+                    "offset": view.storage_offset() * view.element_size(),
                     "data_ptr_alignment": _alignment(view.data_ptr()),
                 }
             )
         lp = plan.layers.get(name) if plan is not None else None
-        gid, spec = (lp.group_id, lp.spec) if lp else layer_specs.get(name, (None, None))
+        gid, spec = (lp.group_id, own_spec(lp.spec, (modules or {}).get(name))) if lp else layer_specs.get(name, (None, None))
         if plan is not None and lp is None:
             strategy = "shared"  # outside the plan: reuses another layer's cache (cross-layer KV sharing)
         else:
@@ -142,34 +159,41 @@ def build_report(
             ],
             "views": views,
         }
-    # Aliases: layers whose views share bytes (not merely the backing buffer).
-    spans = [(v["buffer"], v["offset"], v["offset"] + v["bytes"], name) for name, e in layers.items() for v in e["views"]]
+    # Aliases: layers whose views share a byte (not merely the backing buffer or an extent).
+    aliases: dict[str, set[str]] = {name: set() for name in layers}
+    for i, (b, sp, name) in enumerate(spans):
+        for b2, sp2, other in spans[i + 1:]:
+            if b == b2 and other != name and other not in aliases[name] and overlap(sp, sp2):
+                aliases[name].add(other)
+                aliases[other].add(name)
     for name, entry in layers.items():
-        mine = [(b, lo, hi) for b, lo, hi, n in spans if n == name]
-        entry["aliases"] = sorted(
-            {n for b, lo, hi, n in spans if n != name and any(b == mb and lo < mhi and mlo < hi for mb, mlo, mhi in mine)}
-        )
+        entry["aliases"] = sorted(aliases[name])
     # Layers built (the plan's, or the config's that were built), by kind and strategy.
     if plan is not None:
-        built = {name: lp.spec for name, lp in plan.layers.items()}
+        built = {name: own_spec(lp.spec, (modules or {}).get(name)) for name, lp in plan.layers.items()}
         per_strategy = dict(plan.strategy_counts())
     else:
         built = {name: spec for name, (_, spec) in layer_specs.items() if name in kv_caches}
         per_strategy = {}
     # required: what vLLM's config plans (on vllm-ascend 0.30 the plan lays the strided tensors out
     # per layer, as stock does; the config's own tensors say what was planned)
-    tensors = list(config.kv_cache_tensors)
-    per_kind: dict[str, int] = {}
-    for spec in built.values():
-        kind = spec_kind(spec)
-        per_kind[kind] = per_kind.get(kind, 0) + 1
-    sizes = [t.size for t in tensors]
+    per_kind = dict(Counter(spec_kind(spec) for spec in built.values()))
+    sizes = [t.size for t in config.kv_cache_tensors]
     if strided is None:
         strided = has_strided_tensors()
     allocated = sum(b["bytes"] for b in storages.values())
     required = (max(sizes) if strided else sum(sizes)) if sizes else 0
-    padding = sum(b["bytes"] - (b["extent"][1] - b["extent"][0]) for b in storages.values() if b["extent"])
+    # Outside the views' extent: the transfer alignment's slack (allocate + 2 MiB, view from an
+    # aligned address: prefix + tail = 2 MiB), else bytes no view uses (a region's prefix or tail).
+    aligned = unused = 0
+    for base, b in storages.items():
+        outside = b["bytes"] - (b["extent"][1] - b["extent"][0]) if b["extent"] else b["bytes"]  # empty views: all
+        if b["extent"] and outside == MAX_REPORTED_ALIGNMENT and (base + b["extent"][0]) % MAX_REPORTED_ALIGNMENT == 0:
+            aligned += outside
+        else:
+            unused += outside
     block_sizes = {spec.block_size for spec in built.values()}
+    vllm_capacity = capacity(vllm_config, config)
     summary = KVCacheSummary(
         rank=place.rank,
         layers_per_strategy=per_strategy,
@@ -177,10 +201,14 @@ def build_report(
         raw_buffers=len(storages),
         bytes_allocated=allocated,
         bytes_required=required,
-        alignment_padding=padding,
-        duplicated_bytes=max(0, allocated - required - padding),
+        alignment_padding=aligned,
+        unused_bytes=unused,
+        duplicated_bytes=max(0, allocated - required - aligned - unused),
         num_blocks=config.num_blocks,
-        tokens=config.num_blocks * min(block_sizes, default=0),
+        token_slots=config.num_blocks * min(block_sizes, default=0),
+        tokens=vllm_capacity[0] if vllm_capacity else None,
+        max_concurrency=vllm_capacity[1] if vllm_capacity else None,
+        max_model_len=vllm_capacity[2] if vllm_capacity else None,
     )
     installed = compat.Installed.detect()
     now = utc_now()
@@ -195,7 +223,8 @@ def build_report(
         "model": model,
         "runner": runner,
         "mode": mode,
-        "built_by": "stock" if plan is None or mode == "observe" else "plugin",
+        "built_by": built_by,
+        "fallback_reason": fallback_reason if built_by == "stock_fallback" else None,
         "versions": {"plugin": __version__, "vllm": installed.vllm, "vllm_ascend": installed.vllm_ascend,
                      "torch": installed.torch},
         "kv_cache": {
@@ -209,46 +238,6 @@ def build_report(
     }
 
 
-def run_id(when: datetime | None = None) -> str:
-    """A new run id: ``<UTC time>-<pid>`` of this process (see ``KV_STRATEGIES_RUN_ID``)."""
-    return f"{(when or utc_now()).strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}"
-
-
-def write_report(report: dict, directory: str) -> str:
-    """Write ``report`` to a new file in ``directory`` (created if needed) and
-    replace ``kv_cache_report.latest.rank<r>.json`` with a copy.
-
-    Returns:
-        the new file's path; never an earlier file's: the name holds the UTC
-        second, the pid and the rank, and a suffix ``-2``, ``-3`` ... when the
-        same process writes twice within a second.
-
-    Raises:
-        OSError: the directory or a file cannot be written.
-    """
-    os.makedirs(directory, exist_ok=True)
-    rank = report["totals"]["rank"]
-    when = datetime.strptime(report["created"], "%Y-%m-%dT%H:%M:%S.%fZ")
-    text = json.dumps(report, indent=1)
-    attempt = 1
-    while True:
-        path = os.path.join(directory, file_name(when, report["pid"], rank, attempt))
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            attempt += 1
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        break
-    latest = os.path.join(directory, latest_name(rank))
-    tmp = f"{latest}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, latest)  # readers never see a half-written latest file
-    return path
-
-
 def log_summary(
     plan: Any,
     kv_caches: dict[str, Any],
@@ -258,24 +247,28 @@ def log_summary(
     model: str | None = None,
     runner: str | None = None,
     parallel_config: Any = None,
+    built_by: str | None = None,
+    fallback_reason: str | None = None,
+    vllm_config: Any = None,
+    modules: Any = None,
 ) -> KVCacheSummary | None:
     """Log the summary line; write the report when ``KV_STRATEGIES_REPORT`` is set.
 
-    Arguments as :func:`build_report`; ``plan`` None when stock built the
-    cache. Never raises: the KV cache is built already, and a failure to
+    Arguments as :func:`build_report`; ``plan`` None when the plugin made none. Never raises: the KV cache is built already, and a failure to
     describe it is logged as a warning (None returned) rather than stopping vLLM.
     """
     from .. import envs
 
     try:
         report = build_report(plan, kv_caches, kv_cache_config=kv_cache_config, mode=mode, model=model, runner=runner,
-                              parallel_config=parallel_config)
+                              parallel_config=parallel_config, built_by=built_by, fallback_reason=fallback_reason,
+                              vllm_config=vllm_config, modules=modules)
         summary = KVCacheSummary(**report["totals"])
     except Exception as exc:
         built = "stock built" if plan is None else "the strategies built"
         logger.warning("%s could not describe the KV cache %s: %r", PREFIX, built, exc)
         return None
-    logger.info("%s", summary.line(report["built_by"]))
+    logger.info("%s", summary.line(report["built_by"], report["fallback_reason"]))
     directory = envs.KV_STRATEGIES_REPORT
     if directory:
         try:
