@@ -265,8 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_report)
     p = sub.add_parser("plan", add_help=False, help="how much KV cache a deployment gets, before anything starts "
                        "(plan MODEL_DIR [vLLM engine arguments] [--json OUT]; plan --help for its options)")
-    p.add_argument("argv", nargs=argparse.REMAINDER)
-    p.set_defaults(fn=lambda a: __import__(f"{__package__}.deploy.cli", fromlist=["run"]).run(a.argv))
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["plan"]:  # its arguments are vLLM's engine arguments, parsed by vLLM's own parser
+        from .deploy.cli import run
+
+        return run(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "report" and len(args.paths) > 2:
         parser.error("report takes one FILE or DIR, or two reports A B to compare")

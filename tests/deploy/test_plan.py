@@ -146,3 +146,35 @@ def test_large_configs_plan_fast(tmp_path, capsys, name, args, layers, page):
     assert {g["page_size_bytes"] for r in data["ranks"] for g in (s for grp in r["groups"] for s in grp["specs"])} == {page}
     assert {len(grp["layers"]) for r in data["ranks"] for grp in r["groups"]} == {layers}
     assert data["num_blocks"] == budget // (layers * page)
+
+
+@pytest.mark.parametrize("index", [False, True])
+def test_estimate_shows_each_term(tmp_path, capsys, index):
+    """Without --kv-cache-memory-bytes: memory x utilisation - weights - overhead;
+    weights from the checkpoint index's total_size over the ranks when there is
+    one, else the meta-built rank's parameter bytes (bf16: 2 per parameter)."""
+    directory = llama(tmp_path)
+    if index:
+        (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 3 * 2**20}, "weight_map": {}}))
+    code, out, err, data = plan(capsys, directory, "--device-memory-gib", 1, "--gpu-memory-utilization", 0.5,
+                                "--overhead-gib", 0.25, "--max-model-len", MAX_MODEL_LEN, "--tensor-parallel-size", 2)
+    assert code == 0, err
+    (params,), (param_bytes,) = data["params_per_stage"], data["param_bytes_per_stage"]
+    assert param_bytes == 2 * params
+    weights = 3 * 2**20 // 2 if index else param_bytes
+    budget = 2**29 - weights - 2**28
+    terms = {t["name"]: t["value"] for t in data["budget"]["terms"]}
+    assert terms == {"device memory": 2**30, "utilisation": 500, "weights": weights, "overhead": 2**28}
+    assert data["budget"]["exact"] is False and data["budget"]["bytes_per_worker"] == budget
+    assert data["num_blocks"] == budget // (8 * 128 * 2 * 1 * 64 * 2)
+    assert f"budget: ESTIMATE {budget:,} bytes per worker" in out
+    assert ("model.safetensors.index.json total_size 3,145,728 / 2 ranks" if index else "parameters of the meta-built model") in out
+
+
+def test_help_names_the_budget_options(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    assert out.startswith("usage: python -m vllm_kv_strategies plan MODEL_DIR [vLLM engine arguments]")
+    assert "--help=plan: this command's own" in out

@@ -25,7 +25,13 @@ DESCRIPTION = (
     "--tensor-parallel-size, --pipeline-parallel-size, --max-model-len, --block-size, --kv-cache-dtype, ...). "
     "Prints per rank the KV cache groups (kind, layers, block size, page bytes), num_blocks, the tokens and "
     "the maximum concurrency vLLM would log, or vLLM's own refusal. The budget is exact with "
-    "--kv-cache-memory-bytes. Exit 0: planned; 1: vLLM refuses the budget; 2: bad input."
+    "--kv-cache-memory-bytes; with --device NAME or --device-memory-gib GIB instead it is an estimate "
+    "(memory x --gpu-memory-utilization - weights - overhead, each term shown). "
+    "Exit 0: planned; 1: vLLM refuses the budget; 2: bad input."
+)
+EPILOG = (
+    "vLLM's engine arguments: --help=ParallelConfig, --help=CacheConfig, --help=ModelConfig, ... (a group), "
+    "--help=<word> (the options matching it), --help=all (all of them); --help=plan: this command's own."
 )
 
 
@@ -38,8 +44,17 @@ def _progress(message: str) -> None:
 
 
 def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("model_dir", metavar="MODEL_DIR", help="a local model directory with a config.json")
-    parser.add_argument("--json", dest="json_out", metavar="OUT", help="also write the plan as JSON to OUT")
+    from .budget import DEFAULT_OVERHEAD_GIB, DEVICES
+
+    group = parser.add_argument_group("plan", "this command's own options (the others are vLLM's engine arguments)")
+    group.add_argument("model_dir", metavar="MODEL_DIR", help="a local model directory with a config.json")
+    group.add_argument("--json", dest="json_out", metavar="OUT", help="also write the plan as JSON to OUT")
+    group.add_argument("--device", choices=sorted(DEVICES), help="estimate the budget for this card's memory "
+                       "(" + "; ".join(f"{k}: {v[1]}, {v[0]:.2f} GiB" for k, v in sorted(DEVICES.items())) + ")")
+    group.add_argument("--device-memory-gib", type=float, metavar="GIB", help="estimate the budget for a device of GIB GiB")
+    group.add_argument("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, metavar="GIB",
+                       help="what the estimate subtracts for activations, graphs and the runtime (not computed; "
+                       f"default {DEFAULT_OVERHEAD_GIB:g})")
     return parser
 
 
@@ -76,7 +91,11 @@ def engine_parser():
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = FlexibleArgumentParser(prog="python -m vllm_kv_strategies plan", description=DESCRIPTION)
+    parser = FlexibleArgumentParser(
+        prog="python -m vllm_kv_strategies plan", description=DESCRIPTION, epilog=EPILOG,
+        usage="%(prog)s MODEL_DIR [vLLM engine arguments] [--kv-cache-memory-bytes N | --device NAME | "
+        "--device-memory-gib GIB] [--json OUT]",
+    )
     own_arguments(parser)
     EngineArgs.add_cli_args(parser)
 
@@ -112,18 +131,34 @@ def _run(argv: list[str]) -> int:
     from . import predict, render
 
     args.model, args.skip_tokenizer_init = args.model_dir, True
-    if args.kv_cache_memory_bytes is None:
-        raise BadInput("give the KV cache budget per worker with --kv-cache-memory-bytes")
+    budget_for = budget_source(args)
     try:
         vllm_config = predict.engine_config(EngineArgs.from_cli_args(args))
     except Exception as exc:  # vLLM's own validation of the arguments and the config
         raise BadInput(f"vLLM rejects the configuration: {type(exc).__name__}: {_one_line(exc)}") from None
-    prediction = predict.predict(vllm_config, args.kv_cache_memory_bytes, progress=_progress)
+    prediction = predict.predict(vllm_config, budget_for, progress=_progress)
     prediction.seconds = time.monotonic() - start
     print(render.table(prediction, args.model_dir))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
     return 1 if prediction.refusal else 0
+
+
+def budget_source(args):
+    """The function of the largest rank's parameter bytes giving the budget
+    (:mod:`.budget`): exact for --kv-cache-memory-bytes, else an estimate."""
+    from . import budget
+
+    if args.kv_cache_memory_bytes is not None:
+        return lambda _: budget.exact(args.kv_cache_memory_bytes)
+    if args.device is None and args.device_memory_gib is None:
+        raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
+                       "or --device NAME / --device-memory-gib GIB (an estimate)")
+    memory = budget.device_memory(args.device, args.device_memory_gib)
+    ranks = args.tensor_parallel_size * args.pipeline_parallel_size
+    utilisation = args.gpu_memory_utilization if args.gpu_memory_utilization is not None else 0.9
+    return lambda meta_bytes: budget.estimate(
+        memory, utilisation, budget.weights_per_rank(args.model_dir, ranks, meta_bytes), args.overhead_gib)
 
 
 def _one_line(exc: BaseException) -> str:

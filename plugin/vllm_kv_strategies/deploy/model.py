@@ -100,10 +100,11 @@ def collect_specs(vllm_config) -> tuple[dict[str, Any], dict[str, str]]:
     return specs, dict(runner.shared_kv_cache_layers)
 
 
-def build_stage(vllm_config, pp_rank: int) -> tuple[dict[str, Any], dict[str, str], int]:
+def build_stage(vllm_config, pp_rank: int) -> tuple[dict[str, Any], dict[str, str], int, int]:
     """The specs of pipeline stage ``pp_rank`` (TP rank 0: every TP rank of a
     stage has the same specs, which vLLM's planner asserts), the KV-sharing
-    layers and the stage's parameter count (elements), the model built by
+    layers, and the rank's parameter count (elements) and bytes (numel x
+    element size, in the dtypes vLLM creates them), the model built by
     ``initialize_model`` on the meta device."""
     import torch
     from vllm.model_executor.model_loader.utils import initialize_model
@@ -121,6 +122,6 @@ def build_stage(vllm_config, pp_rank: int) -> tuple[dict[str, Any], dict[str, st
                 model = [model, initialize_model(vllm_config=vllm_config, model_config=draft)]
         specs, shared = collect_specs(vllm_config)
     models = model if isinstance(model, list) else [model]
-    params = sum(p.numel() for m in models for p in m.parameters())
+    params = [p for m in models for p in m.parameters()]
     forward_context.clear()
-    return specs, shared, params
+    return specs, shared, sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import model as deploy_model
+from .budget import Budget
 
 
 @dataclasses.dataclass
@@ -26,12 +28,13 @@ class Prediction:
 
     Attributes:
         vllm_config: the engine config ``create_engine_config`` made.
-        budget: KV cache bytes per worker given to the planner.
+        budget: KV cache bytes per worker given to the planner, and how they were found.
         workers: per worker (rank ``pp * TP + tp``), its ``KVCacheConfig``;
             empty when vLLM refuses.
         specs: per worker, the layer specs collected from the model.
         shared: per pipeline stage, the layers sharing another's KV cache.
         params: per pipeline stage, parameter count (elements) on one TP rank.
+        param_bytes: per pipeline stage, their bytes.
         refusal: vLLM's own error message when its planner refuses, else None.
         tokens, max_concurrency: what vLLM logs ("KV cache size" /
             "Maximum concurrency"); None when refused.
@@ -39,11 +42,12 @@ class Prediction:
     """
 
     vllm_config: Any
-    budget: int
+    budget: Budget
     workers: list[Any]
     specs: list[dict[str, Any]]
     shared: list[dict[str, str]]
     params: list[int]
+    param_bytes: list[int]
     refusal: str | None = None
     tokens: int | None = None
     max_concurrency: float | None = None
@@ -60,20 +64,21 @@ def engine_config(engine_args):
         return engine_args.create_engine_config()
 
 
-def worker_specs(vllm_config, progress=None) -> tuple[list[dict], list[dict], list[int]]:
-    """``(specs per worker, shared per stage, params per stage)``: the model
-    built once per pipeline stage; every TP rank of a stage gets its specs."""
+def worker_specs(vllm_config, progress=None) -> tuple[list[dict], list[dict], list[int], list[int]]:
+    """``(specs per worker, shared per stage, params per stage, their bytes)``:
+    the model built once per pipeline stage; every TP rank of a stage gets its specs."""
     parallel = vllm_config.parallel_config
     deploy_model.init_distributed(vllm_config)
-    per_worker, shared, params = [], [], []
+    per_worker, shared, params, param_bytes = [], [], [], []
     for pp_rank in range(parallel.pipeline_parallel_size):
         if progress is not None:
             progress(f"building the model on the meta device (pipeline stage {pp_rank} of {parallel.pipeline_parallel_size})")
-        specs, stage_shared, stage_params = deploy_model.build_stage(vllm_config, pp_rank)
+        specs, stage_shared, stage_params, stage_bytes = deploy_model.build_stage(vllm_config, pp_rank)
         per_worker += [specs] * parallel.tensor_parallel_size
         shared.append(stage_shared)
         params.append(stage_params)
-    return per_worker, shared, params
+        param_bytes.append(stage_bytes)
+    return per_worker, shared, params, param_bytes
 
 
 def resolve_layout(vllm_config, per_worker: list[dict]) -> None:
@@ -141,18 +146,21 @@ def plan_budget(vllm_config, per_worker: list[dict], budget: int) -> tuple[list,
     return [copy.deepcopy(c) for c in configs], None
 
 
-def predict(vllm_config, kv_cache_memory_bytes: int, progress=None) -> Prediction:
-    """The deployment's plan for ``kv_cache_memory_bytes`` per worker.
+def predict(vllm_config, budget_for: Callable[[int], Budget], progress=None) -> Prediction:
+    """The deployment's plan; ``budget_for(bytes of the largest rank's
+    parameters)`` gives the KV cache budget per worker (:mod:`.budget`).
 
     Raises:
         vLLM's own errors for a model it cannot build (not a refusal of the budget).
     """
     start = time.monotonic()
-    per_worker, shared, params = worker_specs(vllm_config, progress)
+    per_worker, shared, params, param_bytes = worker_specs(vllm_config, progress)
     resolve_layout(vllm_config, per_worker)
-    budget = worker_budget(vllm_config, kv_cache_memory_bytes)
-    workers, refusal = plan_budget(vllm_config, per_worker, budget)
-    prediction = Prediction(vllm_config, budget, workers, per_worker, shared, params, refusal)
+    budget = budget_for(max(param_bytes))
+    if budget.bytes > 0:
+        budget.bytes = worker_budget(vllm_config, budget.bytes)
+    workers, refusal = plan_budget(vllm_config, per_worker, budget.bytes)
+    prediction = Prediction(vllm_config, budget, workers, per_worker, shared, params, param_bytes, refusal)
     if workers and workers[0].kv_cache_groups:
         from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
 

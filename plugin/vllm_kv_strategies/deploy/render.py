@@ -48,7 +48,7 @@ def headline(prediction, model_dir: str) -> list[str]:
     p, m = config.parallel_config, config.model_config
     versions = _installed()
     release = f"vLLM {versions['vllm']}" + (f" + vllm-ascend {versions['vllm_ascend']}" if versions["vllm_ascend"] else "")
-    params = ", ".join(f"{n:,}" for n in prediction.params)
+    params = ", ".join(f"{n:,} ({b / 2**30:.2f} GiB)" for n, b in zip(prediction.params, prediction.param_bytes))
     return [
         f"plan: {model_dir} ({', '.join(m.architectures or [])}), {release}, device {config.device_config.device_type}",
         f"parallel: tensor {p.tensor_parallel_size} x pipeline {p.pipeline_parallel_size} = {len(prediction.specs)} "
@@ -56,7 +56,10 @@ def headline(prediction, model_dir: str) -> list[str]:
         f"max model len {m.max_model_len:,}, max num seqs {config.scheduler_config.max_num_seqs}",
         f"model: {params} parameters per rank (per pipeline stage), dtype {str(m.dtype).removeprefix('torch.')}, "
         f"kv cache dtype {config.cache_config.cache_dtype}",
-        f"budget: {prediction.budget:,} bytes per worker ({prediction.budget / 2**30:.3f} GiB, --kv-cache-memory-bytes)",
+        *prediction.budget.lines(),
+        *([f"note: planned for this machine's vLLM platform ({config.device_config.device_type}): the block size and "
+           "attention backends are that platform's; plan where the deployment runs for its own"]
+          if not prediction.budget.exact and config.device_config.device_type == "cpu" else []),
     ]
 
 
@@ -110,8 +113,9 @@ def as_json(prediction, model_dir: str) -> dict:
         "parallel": {"tensor_parallel_size": p.tensor_parallel_size, "pipeline_parallel_size": p.pipeline_parallel_size,
                      "data_parallel_size": p.data_parallel_size},
         "max_model_len": config.model_config.max_model_len,
-        "budget": {"bytes_per_worker": prediction.budget, "source": "--kv-cache-memory-bytes", "exact": True},
+        "budget": prediction.budget.as_json(),
         "params_per_stage": prediction.params,
+        "param_bytes_per_stage": prediction.param_bytes,
         "refusal": prediction.refusal,
         "num_blocks": prediction.num_blocks,
         "tokens": prediction.tokens,
