@@ -64,7 +64,7 @@ class Budget:
 
     def lines(self) -> list[str]:
         if self.exact:
-            return [f"budget: {self.bytes:,} bytes per worker ({self.bytes / GIB:.3f} GiB, --kv-cache-memory-bytes: exact)"]
+            return [f"budget: {self.bytes:,} bytes per worker ({self.bytes / GIB:.3f} GiB, {self.terms[0][2]}: exact)"]
         out = [f"budget: ESTIMATE {self.bytes:,} bytes per worker ({self.bytes / GIB:.3f} GiB) ="]
         for i, (name, value, source) in enumerate(self.terms):
             sign = "  " if i == 0 else ("x " if name == "utilisation" else "- ")
@@ -78,8 +78,8 @@ class Budget:
                 "terms": [{"name": n, "value": v, "source": s} for n, v, s in self.terms]}
 
 
-def exact(kv_cache_memory_bytes: int) -> Budget:
-    return Budget(kv_cache_memory_bytes, True, [("kv_cache_memory_bytes", kv_cache_memory_bytes, "--kv-cache-memory-bytes")])
+def exact(kv_cache_memory_bytes: int, source: str = "--kv-cache-memory-bytes") -> Budget:
+    return Budget(kv_cache_memory_bytes, True, [("kv_cache_memory_bytes", kv_cache_memory_bytes, source)])
 
 
 def device_memory(device: str | None, gib: float | None) -> tuple[int, str]:

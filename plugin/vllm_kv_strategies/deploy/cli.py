@@ -109,7 +109,7 @@ def engine_parser():
 def run(argv: list[str]) -> int:
     """The command; returns its exit status."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM's INFO lines would bury the answer
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's INFO and WARNING lines (on stdout) would bury the answer
     try:
         return _run(argv)
     except BadInput as exc:
@@ -136,6 +136,9 @@ def _run(argv: list[str]) -> int:
         vllm_config = predict.engine_config(EngineArgs.from_cli_args(args))
     except Exception as exc:  # vLLM's own validation of the arguments and the config
         raise BadInput(f"vLLM rejects the configuration: {type(exc).__name__}: {_one_line(exc)}") from None
+    if vllm_config.cache_config.kv_cache_memory_bytes is None and args.device is None and args.device_memory_gib is None:
+        raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
+                       "or --device NAME / --device-memory-gib GIB (an estimate)")
     prediction = predict.predict(vllm_config, budget_for, progress=_progress)
     prediction.seconds = time.monotonic() - start
     print(render.table(prediction, args.model_dir))
@@ -145,20 +148,25 @@ def _run(argv: list[str]) -> int:
 
 
 def budget_source(args):
-    """The function of the largest rank's parameter bytes giving the budget
-    (:mod:`.budget`): exact for --kv-cache-memory-bytes, else an estimate."""
+    """The budget as a function of (the engine config, the largest rank's
+    parameter bytes) (:mod:`.budget`): exact where the config has
+    ``kv_cache_memory_bytes`` (``--kv-cache-memory-bytes``, or the platform's:
+    vLLM's CPU platform sets it from ``VLLM_CPU_KVCACHE_SPACE``), else an
+    estimate for ``--device`` / ``--device-memory-gib``."""
     from . import budget
 
-    if args.kv_cache_memory_bytes is not None:
-        return lambda _: budget.exact(args.kv_cache_memory_bytes)
-    if args.device is None and args.device_memory_gib is None:
-        raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
-                       "or --device NAME / --device-memory-gib GIB (an estimate)")
-    memory = budget.device_memory(args.device, args.device_memory_gib)
-    ranks = args.tensor_parallel_size * args.pipeline_parallel_size
-    utilisation = args.gpu_memory_utilization if args.gpu_memory_utilization is not None else 0.9
-    return lambda meta_bytes: budget.estimate(
-        memory, utilisation, budget.weights_per_rank(args.model_dir, ranks, meta_bytes), args.overhead_gib)
+    def source(vllm_config, meta_bytes: int):
+        cache = vllm_config.cache_config
+        if cache.kv_cache_memory_bytes is not None:
+            given = args.kv_cache_memory_bytes == cache.kv_cache_memory_bytes
+            return budget.exact(cache.kv_cache_memory_bytes, "--kv-cache-memory-bytes" if given else
+                                "kv_cache_memory_bytes set by vLLM's platform (VLLM_CPU_KVCACHE_SPACE on the CPU)")
+        p = vllm_config.parallel_config
+        weights = budget.weights_per_rank(args.model_dir, p.tensor_parallel_size * p.pipeline_parallel_size, meta_bytes)
+        memory = budget.device_memory(args.device, args.device_memory_gib)
+        return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib)
+
+    return source
 
 
 def _one_line(exc: BaseException) -> str:

@@ -100,6 +100,21 @@ def collect_specs(vllm_config) -> tuple[dict[str, Any], dict[str, str]]:
     return specs, dict(runner.shared_kv_cache_layers)
 
 
+def update_block_size(vllm_config) -> None:
+    """What each worker does once its model is loaded (``WorkerProc.__init__``,
+    ``UniProcExecutor``, 0.30+): the platform's ``update_block_size_for_backend``
+    picks the block size the model's attention backends take and, for a
+    hybrid, aligns the attention and Mamba pages (the block size can grow to
+    hundreds of tokens). Releases without it size blocks in ``create_engine_config``."""
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms import current_platform
+
+    update = getattr(current_platform, "update_block_size_for_backend", None)
+    if update is not None:
+        with set_current_vllm_config(vllm_config):
+            update(vllm_config)
+
+
 def build_stage(vllm_config, pp_rank: int) -> tuple[dict[str, Any], dict[str, str], int, int]:
     """The specs of pipeline stage ``pp_rank`` (TP rank 0: every TP rank of a
     stage has the same specs, which vLLM's planner asserts), the KV-sharing
@@ -120,6 +135,7 @@ def build_stage(vllm_config, pp_rank: int) -> tuple[dict[str, Any], dict[str, st
             draft = getattr(speculative, "draft_model_config", None)
             if draft is not None and draft is not model_config:
                 model = [model, initialize_model(vllm_config=vllm_config, model_config=draft)]
+        update_block_size(vllm_config)
         specs, shared = collect_specs(vllm_config)
     models = model if isinstance(model, list) else [model]
     params = [p for m in models for p in m.parameters()]

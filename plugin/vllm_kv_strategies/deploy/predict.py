@@ -137,6 +137,12 @@ def plan_budget(vllm_config, per_worker: list[dict], budget: int) -> tuple[list,
 
     specs = [dict(s) for s in per_worker]  # the planner unifies specs in place
     with set_current_vllm_config(vllm_config):
+        try:  # the engine core registers the spec classes' managers first (0.32+)
+            from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+        except ImportError:
+            pass
+        else:
+            register_all_kvcache_specs(vllm_config)
         try:
             configs = get_kv_cache_configs(vllm_config, specs, [budget] * len(specs))
         except ValueError as exc:
@@ -146,9 +152,9 @@ def plan_budget(vllm_config, per_worker: list[dict], budget: int) -> tuple[list,
     return [copy.deepcopy(c) for c in configs], None
 
 
-def predict(vllm_config, budget_for: Callable[[int], Budget], progress=None) -> Prediction:
-    """The deployment's plan; ``budget_for(bytes of the largest rank's
-    parameters)`` gives the KV cache budget per worker (:mod:`.budget`).
+def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None) -> Prediction:
+    """The deployment's plan; ``budget_for(vllm_config, bytes of the largest
+    rank's parameters)`` gives the KV cache budget per worker (:mod:`.budget`).
 
     Raises:
         vLLM's own errors for a model it cannot build (not a refusal of the budget).
@@ -156,7 +162,7 @@ def predict(vllm_config, budget_for: Callable[[int], Budget], progress=None) -> 
     start = time.monotonic()
     per_worker, shared, params, param_bytes = worker_specs(vllm_config, progress)
     resolve_layout(vllm_config, per_worker)
-    budget = budget_for(max(param_bytes))
+    budget = budget_for(vllm_config, max(param_bytes))
     if budget.bytes > 0:
         budget.bytes = worker_budget(vllm_config, budget.bytes)
     workers, refusal = plan_budget(vllm_config, per_worker, budget.bytes)
