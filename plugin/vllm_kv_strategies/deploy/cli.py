@@ -77,6 +77,18 @@ def check_model_dir(path: str) -> dict:
     return config
 
 
+def check_platform() -> None:
+    """:class:`BadInput` where vllm-ascend is installed: its ``NPUModelRunner``
+    collects specs of its own (Ascend spec classes, 0.30's replaced planner), which
+    plan does not reproduce yet; an upstream vLLM plan there would be wrong."""
+    from ..compat import Installed
+
+    installed = Installed.detect()
+    if installed.platform == "ascend":
+        raise BadInput(f"plan does not plan for vllm-ascend yet (vllm-ascend {installed.vllm_ascend} is installed): "
+                       "its NPUModelRunner's specs and planner differ from upstream vLLM's; run plan where upstream vLLM is installed")
+
+
 def check_architecture(config: dict) -> None:
     """:class:`BadInput` when none of the config's ``architectures`` is in vLLM's model registry."""
     from vllm.model_executor.models import ModelRegistry
@@ -122,8 +134,12 @@ def _run(argv: list[str]) -> int:
     if "-h" not in argv and "--help" not in argv:
         known, _ = own_arguments(argparse.ArgumentParser(add_help=False)).parse_known_args(argv)
         config = check_model_dir(known.model_dir)
+    check_platform()
     _progress("importing vLLM (10-30 s on a CPU)")
-    parser = engine_parser()
+    try:
+        parser = engine_parser()
+    except Exception as exc:  # vLLM or its platform plugin cannot load here
+        raise BadInput(f"cannot import vLLM's engine arguments here: {type(exc).__name__}: {_one_line(exc)}") from None
     args = parser.parse_args(argv)
     check_architecture(config)
     from vllm.engine.arg_utils import EngineArgs
