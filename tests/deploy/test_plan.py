@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONFIGS
 from vllm_kv_strategies.compat.specs import has_strided_tensors
 from vllm_kv_strategies.deploy import cli
 
 MAX_MODEL_LEN = 1024
+#: config.json files written from the public configs' values (no weights).
+CONFIGS = Path(__file__).resolve().parent / "configs"
 
 
 def llama(tmp_path: Path, **overrides) -> Path:
@@ -178,3 +179,30 @@ def test_help_names_the_budget_options(capsys):
     assert exit_.value.code == 0
     assert out.startswith("usage: python -m vllm_kv_strategies plan MODEL_DIR [vLLM engine arguments]")
     assert "--help=plan: this command's own" in out
+
+
+def test_report_compares_a_plan_with_a_run(tmp_path, capsys):
+    """``report PLAN REPORT``: each number side by side, exit 1 where the run
+    differs (here a report claiming one block more than planned), exit 2 for a
+    rank the plan lacks. (The match against a real run: tests/e2e/test_plan_e2e.py.)"""
+    from vllm_kv_strategies.__main__ import main
+
+    code, _, err, data = plan(capsys, llama(tmp_path), "--kv-cache-memory-bytes", 2**26, "--max-model-len", MAX_MODEL_LEN)
+    assert code == 0, err
+    (rank,) = data["ranks"]
+    page_tokens = min(g["block_size"] for g in rank["groups"])
+    report = {"schema_version": 2, "report": "vllm-kv-strategies KV cache report", "model": "m", "built_by": "plugin",
+              "versions": {"vllm": "x"},
+              "totals": {"rank": 0, "num_blocks": rank["num_blocks"] + 1, "tokens": (rank["num_blocks"] + 1) * page_tokens,
+                         "bytes_required": sum(t["size"] for t in rank["tensors"])},
+              "kv_cache": {"num_blocks": rank["num_blocks"] + 1, "groups": rank["groups"], "tensors": rank["tensors"]}}
+    from vllm_kv_strategies.report import plan_file
+
+    text, equal = plan_file.compare(data, "plan.json", report, "run.json")
+    assert not equal
+    assert f"{'num_blocks':20} {rank['num_blocks']:>16,} {rank['num_blocks'] + 1:>16,}   DIFFERS" in text
+    assert text.splitlines()[-1] == "the run does NOT match the plan"
+    report["totals"]["rank"] = 3
+    with pytest.raises(plan_file.ReportError, match=r"plan.json: the plan has no rank 3 \(ranks \[0\]\)"):
+        plan_file.compare(data, "plan.json", report, "run.json")
+    assert main(["report", str(tmp_path / "model" / "plan.json"), str(tmp_path / "missing.json")]) == 2

@@ -79,3 +79,11 @@ def test_plan_equals_the_engine(tmp_path, kind):
         assert [{k: v for k, v in s.items()} for s in ours["specs"]] == theirs["specs"]
     assert rank["tensors"] == report["kv_cache"]["tensors"]
     assert f"KV cache size: {tokens} tokens, Maximum concurrency for 1,024 tokens per request: {concurrency}x" in planned.stdout
+
+    # report PLAN REPORT: the prediction against the run, exit 0 when they match
+    shown = subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "report", str(tmp_path / "plan.json"),
+                            str(reports / "kv_cache_report.latest.rank0.json")], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"{'num_blocks':20} {plan['num_blocks']:>16,} {plan['num_blocks']:>16,}" in shown.stdout
+    assert shown.stdout.splitlines()[-4:] == ["groups (layers): equal", "KV cache specs: equal", "tensors: equal",
+                                              "the run matches the plan"]

@@ -6,12 +6,9 @@ from typing import Any
 
 from .._version import __version__
 from ..compat.specs import tensor_layers
+from ..report.plan_file import KIND, PLAN_VERSION
 from ..report.specs import describe_groups, spec_kind
 
-#: The ``kind`` of a plan file (a report file has none).
-KIND = "plan"
-#: Version of the plan file's keys; a removed key or changed meaning raises it.
-PLAN_VERSION = 1
 
 
 def _installed() -> dict[str, str | None]:
