@@ -72,6 +72,12 @@ def test_dense_tp2_pp2_exact(tmp_path, capsys):
             assert r["tensors"] == [{"size": 4 * num_blocks * page, "layers": group["layers"]}]
         else:
             assert r["tensors"] == [{"size": num_blocks * page, "layers": [name]} for name in group["layers"]]
+        assert r["bytes_required"] == 4 * num_blocks * page
+    # stock allocates the config's tensors; the plugin's upstream adapter would build every layer in them
+    assert data["stock_bytes_per_worker"] == [4 * num_blocks * page] * 4
+    assert data["plugin"] == [{"layers_per_strategy": {"full_attention": 4}, "refusal": None, "stock_would_fail": False}] * 4
+    assert (f"stock vLLM allocates {4 * num_blocks * page:,} bytes per worker (the config's tensors); the plugin builds "
+            f"every layer (full_attention=4) in the same {4 * num_blocks * page:,} bytes") in out
     # vLLM's log: a request of 1024 tokens takes 8 blocks of 128
     assert data["max_concurrency"] == num_blocks / 8 and data["tokens"] == num_blocks // 8 * MAX_MODEL_LEN
     assert "KV cache size: 65,536 tokens, Maximum concurrency for 1,024 tokens per request: 64.00x" in out
@@ -132,6 +138,9 @@ def test_command_line_bad_input_no_traceback(tmp_path):
     ("llama-3-70b", ["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"], 40, 131072),
     # DeepSeek-V3: 61 MLA layers, latent 512 + rope 64, bf16: 128 x 576 x 2 bytes
     ("deepseek-v3", ["--tensor-parallel-size", "8", "--max-model-len", "32768"], 61, 147456),
+    # with its MTP layer as the draft (vLLM's speculative config): one MLA layer more
+    ("deepseek-v3", ["--tensor-parallel-size", "8", "--max-model-len", "32768",
+                     "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'], 62, 147456),
 ])
 def test_large_configs_plan_fast(tmp_path, capsys, name, args, layers, page):
     """Public configs' values (tests/deploy/configs): planned in <= 30 s on the CPU, exact num_blocks."""
@@ -194,7 +203,7 @@ def test_report_compares_a_plan_with_a_run(tmp_path, capsys):
     report = {"schema_version": 2, "report": "vllm-kv-strategies KV cache report", "model": "m", "built_by": "plugin",
               "versions": {"vllm": "x"},
               "totals": {"rank": 0, "num_blocks": rank["num_blocks"] + 1, "tokens": (rank["num_blocks"] + 1) * page_tokens,
-                         "bytes_required": sum(t["size"] for t in rank["tensors"])},
+                         "bytes_required": rank["bytes_required"]},
               "kv_cache": {"num_blocks": rank["num_blocks"] + 1, "groups": rank["groups"], "tensors": rank["tensors"]}}
     from vllm_kv_strategies.report import plan_file
 

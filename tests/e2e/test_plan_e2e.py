@@ -78,6 +78,10 @@ def test_plan_equals_the_engine(tmp_path, kind):
     for ours, theirs in zip(rank["groups"], report["kv_cache"]["groups"]):
         assert [{k: v for k, v in s.items()} for s in ours["specs"]] == theirs["specs"]
     assert rank["tensors"] == report["kv_cache"]["tensors"]
+    # what the plugin allocated, and how many layers each strategy built, as plan said
+    assert plan["stock_bytes_per_worker"] == [rank["bytes_required"]] == [report["totals"]["bytes_allocated"]]
+    assert plan["plugin"] == [{"layers_per_strategy": report["totals"]["layers_per_strategy"], "refusal": None,
+                               "stock_would_fail": False}]
     assert f"KV cache size: {tokens} tokens, Maximum concurrency for 1,024 tokens per request: {concurrency}x" in planned.stdout
 
     # report PLAN REPORT: the prediction against the run, exit 0 when they match

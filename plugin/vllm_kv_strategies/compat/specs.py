@@ -129,6 +129,16 @@ def has_strided_tensors() -> bool:
     return "layer_stride" in getattr(kvi.KVCacheTensor, "__dataclass_fields__", {})
 
 
+def required_bytes(tensors: list[Any], strided: bool | None = None) -> int:
+    """Bytes a config's ``KVCacheTensor``s plan: the sum of their sizes, or
+    from vLLM 0.30 (``strided``; default: the installed release's form) the
+    largest, since each ``size`` is the whole backing the tensors share."""
+    sizes = [t.size for t in tensors]
+    if strided is None:
+        strided = has_strided_tensors()
+    return (max(sizes) if strided else sum(sizes)) if sizes else 0
+
+
 def tensor_num_blocks(kv_cache_config: Any, tensor: Any) -> int:
     """Blocks addressable through ``tensor`` (0.30+ strided tensors)."""
     num_blocks_of = getattr(kv_cache_config, "num_blocks_of", None)

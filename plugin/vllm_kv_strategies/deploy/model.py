@@ -115,12 +115,13 @@ def update_block_size(vllm_config) -> None:
             update(vllm_config)
 
 
-def build_stage(vllm_config, pp_rank: int) -> tuple[dict[str, Any], dict[str, str], int, int]:
+def build_stage(vllm_config, pp_rank: int) -> tuple[dict[str, Any], dict[str, str], int, int, dict[str, Any]]:
     """The specs of pipeline stage ``pp_rank`` (TP rank 0: every TP rank of a
     stage has the same specs, which vLLM's planner asserts), the KV-sharing
     layers, and the rank's parameter count (elements) and bytes (numel x
     element size, in the dtypes vLLM creates them), the model built by
-    ``initialize_model`` on the meta device."""
+    ``initialize_model`` on the meta device, and its static forward context
+    (layer name -> module)."""
     import torch
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.utils.torch_utils import set_default_torch_dtype
@@ -139,5 +140,6 @@ def build_stage(vllm_config, pp_rank: int) -> tuple[dict[str, Any], dict[str, st
         specs, shared = collect_specs(vllm_config)
     models = model if isinstance(model, list) else [model]
     params = [p for m in models for p in m.parameters()]
+    layers = dict(forward_context)
     forward_context.clear()
-    return specs, shared, sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
+    return specs, shared, sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params), layers

@@ -32,7 +32,9 @@ class Prediction:
         workers: per worker (rank ``pp * TP + tp``), its ``KVCacheConfig``;
             empty when vLLM refuses.
         specs: per worker, the layer specs collected from the model.
-        shared: per pipeline stage, the layers sharing another's KV cache.
+        stages: per pipeline stage, ``shared`` (the layers sharing another's
+            KV cache) and ``layers`` (the stage's static forward context).
+        sides: per worker, stock's bytes and the plugin's (:mod:`.plugin_side`).
         params: per pipeline stage, parameter count (elements) on one TP rank.
         param_bytes: per pipeline stage, their bytes.
         refusal: vLLM's own error message when its planner refuses, else None.
@@ -45,10 +47,11 @@ class Prediction:
     budget: Budget
     workers: list[Any]
     specs: list[dict[str, Any]]
-    shared: list[dict[str, str]]
+    stages: list[dict[str, dict]]
     params: list[int]
     param_bytes: list[int]
     refusal: str | None = None
+    sides: list[Any] = dataclasses.field(default_factory=list)
     tokens: int | None = None
     max_concurrency: float | None = None
     seconds: float = 0.0
@@ -65,20 +68,20 @@ def engine_config(engine_args):
 
 
 def worker_specs(vllm_config, progress=None) -> tuple[list[dict], list[dict], list[int], list[int]]:
-    """``(specs per worker, shared per stage, params per stage, their bytes)``:
+    """``(specs per worker, per stage its shared layers and forward context, params per stage, their bytes)``:
     the model built once per pipeline stage; every TP rank of a stage gets its specs."""
     parallel = vllm_config.parallel_config
     deploy_model.init_distributed(vllm_config)
-    per_worker, shared, params, param_bytes = [], [], [], []
+    per_worker, stages, params, param_bytes = [], [], [], []
     for pp_rank in range(parallel.pipeline_parallel_size):
         if progress is not None:
             progress(f"building the model on the meta device (pipeline stage {pp_rank} of {parallel.pipeline_parallel_size})")
-        specs, stage_shared, stage_params, stage_bytes = deploy_model.build_stage(vllm_config, pp_rank)
+        specs, stage_shared, stage_params, stage_bytes, layers = deploy_model.build_stage(vllm_config, pp_rank)
         per_worker += [specs] * parallel.tensor_parallel_size
-        shared.append(stage_shared)
+        stages.append({"shared": stage_shared, "layers": layers})
         params.append(stage_params)
         param_bytes.append(stage_bytes)
-    return per_worker, shared, params, param_bytes
+    return per_worker, stages, params, param_bytes
 
 
 def resolve_layout(vllm_config, per_worker: list[dict]) -> None:
@@ -160,16 +163,21 @@ def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None
         vLLM's own errors for a model it cannot build (not a refusal of the budget).
     """
     start = time.monotonic()
-    per_worker, shared, params, param_bytes = worker_specs(vllm_config, progress)
+    per_worker, stages, params, param_bytes = worker_specs(vllm_config, progress)
     resolve_layout(vllm_config, per_worker)
     budget = budget_for(vllm_config, max(param_bytes))
     if budget.bytes > 0:
         budget.bytes = worker_budget(vllm_config, budget.bytes)
     workers, refusal = plan_budget(vllm_config, per_worker, budget.bytes)
-    prediction = Prediction(vllm_config, budget, workers, per_worker, shared, params, param_bytes, refusal)
+    prediction = Prediction(vllm_config, budget, workers, per_worker, stages, params, param_bytes, refusal)
     if workers and workers[0].kv_cache_groups:
         from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
 
         prediction.tokens, prediction.max_concurrency = capacity(vllm_config, generate_scheduler_kv_cache_config(workers))
+        from .plugin_side import sides
+
+        tp = vllm_config.parallel_config.tensor_parallel_size
+        prediction.sides = [sides(vllm_config, config, stages[w // tp]["layers"], stages[w // tp]["shared"])
+                            for w, config in enumerate(workers)]
     prediction.seconds = time.monotonic() - start
     return prediction

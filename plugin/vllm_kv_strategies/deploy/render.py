@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._version import __version__
-from ..compat.specs import tensor_layers
+from ..compat.specs import required_bytes, tensor_layers
 from ..report.plan_file import KIND, PLAN_VERSION
 from ..report.specs import describe_groups, spec_kind
 
@@ -78,6 +78,9 @@ def table(prediction, model_dir: str) -> str:
     if prediction.tokens is not None:
         lines.append(f"vLLM would log: KV cache size: {prediction.tokens:,} tokens, Maximum concurrency for "
                      f"{prediction.vllm_config.model_config.max_model_len:,} tokens per request: {prediction.max_concurrency:.2f}x")
+    distinct = {side.line(): w for w, side in reversed(list(enumerate(prediction.sides)))}
+    for line, worker in sorted(distinct.items(), key=lambda item: item[1]):
+        lines.append(line if len(distinct) == 1 else f"rank {worker}: {line}")
     lines.append(f"planned in {prediction.seconds:.1f} s")
     return "\n".join(lines)
 
@@ -96,6 +99,7 @@ def as_json(prediction, model_dir: str) -> dict:
         ranks.append({
             "rank": worker, "pipeline_parallel_rank": pp, "tensor_parallel_rank": tp,
             "num_blocks": kv_cache_config.num_blocks,
+            "bytes_required": required_bytes(list(kv_cache_config.kv_cache_tensors)),
             "tensors": [{"size": t.size, "layers": tensor_layers(t)}
                         for t in kv_cache_config.kv_cache_tensors],
             "groups": groups,
@@ -117,6 +121,9 @@ def as_json(prediction, model_dir: str) -> dict:
         "num_blocks": prediction.num_blocks,
         "tokens": prediction.tokens,
         "max_concurrency": prediction.max_concurrency,
+        "stock_bytes_per_worker": [side.stock_bytes for side in prediction.sides],
+        "plugin": [{"layers_per_strategy": side.plugin_layers, "refusal": side.plugin_refusal,
+                    "stock_would_fail": side.stock_would_fail} for side in prediction.sides],
         "ranks": ranks,
         "seconds": round(prediction.seconds, 2),
     }

@@ -6,7 +6,7 @@ A plan file is a JSON object with ``kind: "plan"`` and ``plan_version``
 (:data:`PLAN_VERSION`; a removed key or changed meaning raises it); per
 rank, ``num_blocks``, the groups in the report's form (``id``, ``layers``,
 ``specs``, plus ``kind``, ``block_size``, ``num_blocks``, ``tokens``) and the
-tensors (``size``, ``layers``).
+tensors (``size``, ``layers``) and the bytes they plan (``bytes_required``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ PLAN_SCHEMA = {
         "refusal": {"type": ["string", "null"]},
         "ranks": {"type": "array", "items": {
             "type": "object",
-            "required": ["rank", "num_blocks", "groups", "tensors"],
+            "required": ["rank", "num_blocks", "bytes_required", "groups", "tensors"],
             "properties": {
-                "rank": _COUNT, "num_blocks": _COUNT,
+                "rank": _COUNT, "num_blocks": _COUNT, "bytes_required": _COUNT,
                 "groups": {"type": "array", "items": {"type": "object", "required": ["id", "layers", "specs", "block_size"]}},
                 "tensors": {"type": "array", "items": {"type": "object", "required": ["size", "layers"]}},
             },
@@ -82,7 +82,7 @@ def _rank_of(plan: dict, rank: int, path: str) -> dict:
 def compare(plan: dict, plan_path: str, report: dict, report_path: str) -> tuple[str, bool]:
     """(text, equal): the plan's rank against the report's, field by field:
     num_blocks, tokens (num_blocks x the smallest block size, as the report
-    counts them), bytes (the sum of the config's tensors), and whether the
+    counts them), bytes the config's tensors plan, and whether the
     groups' layers and specs and the tensors are the same."""
     rank = report["totals"]["rank"]
     ours = _rank_of(plan, rank, plan_path)
@@ -91,7 +91,7 @@ def compare(plan: dict, plan_path: str, report: dict, report_path: str) -> tuple
     rows: list[tuple[str, Any, Any]] = [
         ("num_blocks", ours["num_blocks"], report["totals"]["num_blocks"]),
         ("tokens", tokens, report["totals"]["tokens"]),
-        ("bytes_required", sum(t["size"] for t in ours["tensors"]), report["totals"]["bytes_required"]),
+        ("bytes_required", ours["bytes_required"], report["totals"]["bytes_required"]),
     ]
     same = {
         "groups (layers)": [g["layers"] for g in ours["groups"]] == [g["layers"] for g in kv_cache.get("groups", [])],

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .. import compat
-from ..compat.specs import has_strided_tensors, tensor_layers
+from ..compat.specs import required_bytes, tensor_layers
 from ..compat.parallel import ParallelRanks, parallel_ranks
 from .._version import __version__
 from ..logger import PREFIX, logger
@@ -163,11 +163,8 @@ def build_report(
     for spec in built.values():
         kind = spec_kind(spec)
         per_kind[kind] = per_kind.get(kind, 0) + 1
-    sizes = [t.size for t in tensors]
-    if strided is None:
-        strided = has_strided_tensors()
     allocated = sum(b["bytes"] for b in storages.values())
-    required = (max(sizes) if strided else sum(sizes)) if sizes else 0
+    required = required_bytes(tensors, strided)
     padding = sum(b["bytes"] - (b["extent"][1] - b["extent"][0]) for b in storages.values() if b["extent"])
     block_sizes = {spec.block_size for spec in built.values()}
     summary = KVCacheSummary(
