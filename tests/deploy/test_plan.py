@@ -215,3 +215,14 @@ def test_report_compares_a_plan_with_a_run(tmp_path, capsys):
     with pytest.raises(plan_file.ReportError, match=r"plan.json: the plan has no rank 3 \(ranks \[0\]\)"):
         plan_file.compare(data, "plan.json", report, "run.json")
     assert main(["report", str(tmp_path / "model" / "plan.json"), str(tmp_path / "missing.json")]) == 2
+
+
+def test_data_parallel_engines_plan_alike(tmp_path, capsys):
+    """--data-parallel-size 2: each engine plans its own workers (vLLM's groups made as for one engine,
+    no rendezvous with the other): one worker of TP 1, the budget's blocks."""
+    code, out, err, data = plan(capsys, llama(tmp_path), "--kv-cache-memory-bytes", 2**26, "--max-model-len", MAX_MODEL_LEN,
+                                "--data-parallel-size", 2)
+    assert code == 0, err
+    assert data["parallel"] == {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 2}
+    assert [r["num_blocks"] for r in data["ranks"]] == [2**26 // (8 * 128 * 2 * 2 * 64 * 2)]
+    assert "1 workers per engine (data parallel 2: each engine plans alike)" in out

@@ -155,7 +155,13 @@ def _run(argv: list[str]) -> int:
     if vllm_config.cache_config.kv_cache_memory_bytes is None and args.device is None and args.device_memory_gib is None:
         raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
                        "or --device NAME / --device-memory-gib GIB (an estimate)")
-    prediction = predict.predict(vllm_config, budget_for, progress=_progress)
+    try:
+        prediction = predict.predict(vllm_config, budget_for, progress=_progress)
+    except BadInput:
+        raise
+    except Exception as exc:  # vLLM fails to build the model without weights (e.g. on data it computes at build)
+        raise BadInput(f"cannot plan: vLLM could not build {args.model_dir} on the meta device for these arguments "
+                       f"({type(exc).__name__}: {_one_line(exc)})") from None
     prediction.seconds = time.monotonic() - start
     print(render.table(prediction, args.model_dir))
     if args.json_out:

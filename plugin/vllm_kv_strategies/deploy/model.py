@@ -37,7 +37,18 @@ def inspect_models_in_process():
 
 def init_distributed(vllm_config) -> None:
     """vLLM's process groups for one CPU process (gloo): the world once per
-    process, the model-parallel groups (all of size 1) again for each config."""
+    process, the model-parallel groups (all of size 1) again for each config.
+    Data parallel engines plan alike, each alone: the groups are made as for
+    one engine (vLLM would otherwise wait for the other engines' ranks)."""
+    parallel = vllm_config.parallel_config
+    data_parallel, parallel.data_parallel_size = parallel.data_parallel_size, 1  # one engine: no DP rendezvous
+    try:
+        _init_groups(vllm_config)
+    finally:
+        parallel.data_parallel_size = data_parallel
+
+
+def _init_groups(vllm_config) -> None:
     from vllm.config import set_current_vllm_config
     from vllm.distributed.parallel_state import (
         destroy_model_parallel,
