@@ -226,3 +226,23 @@ def test_data_parallel_engines_plan_alike(tmp_path, capsys):
     assert data["parallel"] == {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 2}
     assert [r["num_blocks"] for r in data["ranks"]] == [2**26 // (8 * 128 * 2 * 2 * 64 * 2)]
     assert "1 workers per engine (data parallel 2: each engine plans alike)" in out
+
+
+def test_planner_function_probes_the_planner_modules():
+    """plan calls vLLM's own get_kv_cache_configs / get_kv_cache_capacity from wherever the release defines them."""
+    from vllm.v1.core import kv_cache_utils
+
+    from vllm_kv_strategies.compat.specs import planner_function
+
+    for name in ("get_kv_cache_configs", "generate_scheduler_kv_cache_config", "get_kv_cache_capacity"):
+        assert planner_function(name) in (getattr(kv_cache_utils, name, None), _planning(name))
+    with pytest.raises(ImportError, match="vLLM defines no no_such_step in vllm.v1.core.kv_cache_planning or vllm.v1.core.kv_cache_utils"):
+        planner_function("no_such_step")
+
+
+def _planning(name: str):
+    try:
+        from vllm.v1.core import kv_cache_planning
+    except ImportError:
+        return None
+    return getattr(kv_cache_planning, name, None)

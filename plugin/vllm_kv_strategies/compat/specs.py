@@ -148,6 +148,28 @@ def tensor_num_blocks(kv_cache_config: Any, tensor: Any) -> int:
 _PLANNER_MODULES = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
 
 
+def planner_function(name: str) -> Any:
+    """vLLM's planning function ``name`` (``get_kv_cache_configs``,
+    ``generate_scheduler_kv_cache_config``, ``get_kv_cache_capacity``) from the
+    first of :data:`_PLANNER_MODULES` that defines it (0.33 moved the planner).
+
+    Raises:
+        ImportError: none defines it (the message names the function and the modules).
+    """
+    import importlib
+
+    for module in _PLANNER_MODULES:
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        if found is not None:
+            return found
+    raise ImportError(f"vLLM defines no {name} in " + " or ".join(_PLANNER_MODULES))
+
+
 def kv_cache_planner() -> tuple[Any, Any]:
     """vLLM's two planning steps, ``(get_kv_cache_groups,
     get_kv_cache_config_from_groups)``, from wherever the installed release

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..compat.specs import planner_function
 from . import model as deploy_model
 from .budget import Budget
 
@@ -116,18 +117,11 @@ def worker_budget(vllm_config, kv_cache_memory_bytes: int) -> int:
 
 
 def capacity(vllm_config, scheduler_config) -> tuple[int, float]:
-    """``(tokens, max concurrency)`` as vLLM logs them: its
-    ``get_kv_cache_capacity`` (0.30+), else ``get_max_concurrency_for_kv_cache_config``
-    and ``num_blocks * block_size // len(groups)`` (the 0.11-0.13 log)."""
-    from vllm.v1.core import kv_cache_utils as utils
-
-    if hasattr(utils, "get_kv_cache_capacity"):
-        tokens, concurrency = utils.get_kv_cache_capacity(vllm_config, scheduler_config)
-        return int(tokens), float(concurrency)
-    concurrency = utils.get_max_concurrency_for_kv_cache_config(vllm_config, scheduler_config)
-    groups = scheduler_config.kv_cache_groups
-    min_block = min(g.kv_cache_spec.block_size for g in groups)
-    return scheduler_config.num_blocks // len(groups) * min_block, float(concurrency)
+    """``(tokens, max concurrency)`` as vLLM logs them ("KV cache size: N
+    tokens, Maximum concurrency for L tokens per request: Cx"): its own
+    ``get_kv_cache_capacity`` of the scheduler's config."""
+    tokens, concurrency = planner_function("get_kv_cache_capacity")(vllm_config, scheduler_config)
+    return int(tokens), float(concurrency)
 
 
 def plan_budget(vllm_config, per_worker: list[dict], budget: int) -> tuple[list, str | None]:
@@ -136,8 +130,8 @@ def plan_budget(vllm_config, per_worker: list[dict], budget: int) -> tuple[list,
     import copy
 
     from vllm.config import set_current_vllm_config
-    from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
 
+    get_kv_cache_configs = planner_function("get_kv_cache_configs")
     specs = [dict(s) for s in per_worker]  # the planner unifies specs in place
     with set_current_vllm_config(vllm_config):
         try:  # the engine core registers the spec classes' managers first (0.32+)
@@ -171,9 +165,8 @@ def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None
     workers, refusal = plan_budget(vllm_config, per_worker, budget.bytes)
     prediction = Prediction(vllm_config, budget, workers, per_worker, stages, params, param_bytes, refusal)
     if workers and workers[0].kv_cache_groups:
-        from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
-
-        prediction.tokens, prediction.max_concurrency = capacity(vllm_config, generate_scheduler_kv_cache_config(workers))
+        scheduler_config = planner_function("generate_scheduler_kv_cache_config")(workers)
+        prediction.tokens, prediction.max_concurrency = capacity(vllm_config, scheduler_config)
         from .plugin_side import sides
 
         tp = vllm_config.parallel_config.tensor_parallel_size
