@@ -188,6 +188,11 @@ def test_help_names_the_budget_options(capsys):
     assert exit_.value.code == 0
     assert out.startswith("usage: python -m vllm_kv_strategies plan MODEL_DIR [vLLM engine arguments]")
     assert "--help=plan: this command's own" in out
+    with pytest.raises(SystemExit):
+        cli.run(["--help=plan"])
+    own = capsys.readouterr().out
+    assert own.startswith("plan:\n  this command's own options") and "--kv-cache-memory-bytes" not in own
+    assert "h100-80g: NVIDIA H100 80GB, 79.11 GiB" in " ".join(own.split())
 
 
 def test_report_compares_a_plan_with_a_run(tmp_path, capsys):

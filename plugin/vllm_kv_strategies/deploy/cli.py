@@ -53,8 +53,7 @@ def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                        "(" + "; ".join(f"{k}: {v[1]}, {v[0]:.2f} GiB" for k, v in sorted(DEVICES.items())) + ")")
     group.add_argument("--device-memory-gib", type=float, metavar="GIB", help="estimate the budget for a device of GIB GiB")
     group.add_argument("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, metavar="GIB",
-                       help="what the estimate subtracts for activations, graphs and the runtime (not computed; "
-                       f"default {DEFAULT_OVERHEAD_GIB:g})")
+                       help="what the estimate subtracts for activations, graphs and the runtime (not computed)")
     return parser
 
 
@@ -131,7 +130,7 @@ def run(argv: list[str]) -> int:
 
 def _run(argv: list[str]) -> int:
     start = time.monotonic()
-    if "-h" not in argv and "--help" not in argv:
+    if not any(a == "-h" or a.startswith("--help") for a in argv):
         known, _ = own_arguments(argparse.ArgumentParser(add_help=False)).parse_known_args(argv)
         config = check_model_dir(known.model_dir)
     check_platform()
