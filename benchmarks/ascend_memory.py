@@ -92,7 +92,7 @@ def measure(model, fn, transfer: bool) -> dict:
         sizes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for v in caches.values() for t in v}
         del caches
         return {"bytes_allocated": sum(sizes.values()), "raw_buffers": len(sizes), "num_blocks": config.num_blocks}
-    totals = build_report(plan, caches, strided=False)["totals"]
+    totals = build_report(plan, caches, kv_cache_config=model.kv_cache_config)["totals"]  # the config's own tensors: what was planned
     del caches
     return totals
 
@@ -109,6 +109,70 @@ def blocks_for(budget: int, build) -> int:
     else:
         per_block = sum(t.size for t in tensors) // 4
     return max(1, budget // per_block)
+
+
+#: vllm-ascend 0.30: multi-group models (layer specs only), name -> gqa_model arguments.
+MULTI_GROUP = {
+    "gpt-oss-120b-like (36 layers, sliding 128 / full)": dict(
+        num_layers=36, num_kv_heads=8, head_dim=64, sliding_window=128,
+        layer_types=["sliding_attention", "full_attention"] * 18),
+    "gemma-3-27b-like (62 layers, 5 sliding 1024 : 1 full)": dict(
+        num_layers=62, num_kv_heads=16, head_dim=128, sliding_window=1024,
+        layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 10 + ["sliding_attention"] * 2),
+    "dense control (36 full layers, 8 x 128)": dict(num_layers=36, num_kv_heads=8, head_dim=128),
+}
+
+
+def multi_group_rows(budget: int, results: dict) -> None:
+    """vllm-ascend 0.30's worker budget step on each side, then vLLM's (patched) planner and the
+    build: stock scales the budget (``NPUWorker._scale_kv_cache_memory_for_multi_group``) and
+    gives every layer a private buffer; the plugin leaves it whole where it builds vLLM's overlay."""
+    from types import SimpleNamespace
+
+    from vllm_ascend.worker.worker import NPUWorker
+
+    from vllm_kv_strategies.adapters.ascend_overlay import OVERLAY_BUDGET, MultiGroupBudgetAdapter
+
+    scale = patching.original(NPUWorker, "_scale_kv_cache_memory_for_multi_group")
+    module = sys.modules[rf.NPUModelRunner.__module__]
+    print()
+    print(f"vllm-ascend 0.30 multi-group models, per-device KV budget {budget >> 20} MiB, stock's budget step on both sides")
+    print("| model | transfer | side | budget after the worker's step | bytes allocated | bytes required | num_blocks | tokens | plugin / stock |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, kw in MULTI_GROUP.items():
+        probe = rf.gqa_model(name, num_blocks=4, max_model_len=4096, **kw)
+        for transfer in (False, True):
+            row, tokens = {"model": name, "transfer": transfer}, {}
+            for side in ("stock", "plugin"):
+                runner = probe.make_runner(model_type="gpt_oss", kv_transfer=transfer)
+                worker = SimpleNamespace(model_runner=runner, vllm_config=runner.vllm_config,
+                                         model_config=runner.vllm_config.model_config, get_kv_cache_spec=lambda: dict(probe.specs))
+                if side == "stock":
+                    step = scale(worker, budget)
+                else:  # as register() leaves it: the budget step checks the runner's build is the plugin's
+                    AscendAdapter().patch(module)
+                    try:
+                        step = MultiGroupBudgetAdapter().scale(scale, worker, budget)
+                    finally:
+                        AscendAdapter().unpatch(module)
+                config = rf.build_kv_cache_config(dict(probe.specs), 0, available_memory=step, max_model_len=4096)
+                built = rf.make_runner(config, model_type="gpt_oss", kv_transfer=transfer)
+                if vars(runner).get(OVERLAY_BUDGET):
+                    vars(built)[OVERLAY_BUDGET] = True
+                caches = (stock if side == "stock" else plugin)(built, copy.deepcopy(config))
+                sizes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for v in caches.values() for t in v}
+                del caches
+                block = min(s.block_size for s in probe.specs.values())
+                tokens[side] = config.num_blocks * block
+                required = max(t.size for t in config.kv_cache_tensors)
+                t = {"budget": step, "bytes_allocated": sum(sizes.values()), "bytes_required": required,
+                     "num_blocks": config.num_blocks, "tokens": tokens[side]}
+                row[side] = t
+                over = f"{tokens['plugin'] / tokens['stock']:.3f}" if side == "plugin" else ""
+                print(f"| {name} | {transfer} | {side} | {step:,} | {t['bytes_allocated']:,} | {required:,} | "
+                      f"{config.num_blocks} | {tokens[side]:,} | {over} |")
+            row["plugin_over_stock_tokens"] = tokens["plugin"] / tokens["stock"]
+            results["multi_group"].append(row)
 
 
 def init_time(model, fn, repeats: int) -> float:
@@ -132,7 +196,7 @@ def main() -> None:
     budget = (16 if args.quick else args.budget_mib) << 20
     repeats = 1 if args.quick else args.repeats
     version = importlib.metadata.version("vllm-ascend")
-    results = {"vllm_ascend": version, "budget_bytes": budget, "memory": [], "init_time": []}
+    results = {"vllm_ascend": version, "budget_bytes": budget, "memory": [], "init_time": [], "multi_group": []}
 
     print(f"vllm-ascend {version}, per-device KV budget {budget >> 20} MiB")
     print(f"| model | transfer | side | bytes allocated | bytes required | allocated / required | padding per buffer | num_blocks | tokens | plugin / stock |")
@@ -160,6 +224,9 @@ def main() -> None:
                     over = f"{row['plugin_over_stock']:.3f}"
                 print(f"| {name} | {transfer} | {side} | {t['bytes_allocated']:,} | {t['bytes_required']:,} | {ratio:.3f} | {pad:,.0f} | {t['num_blocks']} | {t['tokens']:,} | {over} |")
             results["memory"].append(row)
+
+    if rf.RELEASE >= (0, 30):
+        multi_group_rows(max(budget, 128 << 20), results)  # --quick's 16 MiB holds no Gemma-3-like block on stock's side
 
     print()
     print("| model | stock init (ms, median) | plugin init (ms, median) | plugin / stock |")

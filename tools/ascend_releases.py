@@ -31,10 +31,12 @@ sys.path.insert(0, str(ROOT / "plugin"))
 
 from packaging.version import Version  # noqa: E402
 
-from vllm_kv_strategies.compat.ascend_releases import FINGERPRINTED_METHODS  # noqa: E402
+from vllm_kv_strategies.compat.ascend_releases import FINGERPRINTED_METHODS, V2_FINGERPRINTED_FUNCTIONS  # noqa: E402
 from vllm_kv_strategies.compat.fingerprint import method_fingerprint  # noqa: E402
 
 RUNNER_FILE = "vllm_ascend/worker/model_runner_v1.py"
+#: Ascend Model Runner V2's KV cache allocation (0.30+): ``V2_FINGERPRINTS``.
+V2_FILE = "vllm_ascend/worker/v2/attn_utils.py"
 WHEEL_TAGS = ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "--platform", "manylinux_2_24_x86_64",
               "--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64"]
 
@@ -62,13 +64,14 @@ def download(version: str, cache: Path) -> Path:
     return download(version, cache)
 
 
-def runner_source(archive: Path) -> str | None:
+def runner_source(archive: Path, path: str = RUNNER_FILE) -> str | None:
+    """The text of ``path`` in a wheel or sdist, None where it has no such file."""
     if archive.name.endswith(".whl"):
         with zipfile.ZipFile(archive) as whl:
-            return whl.read(RUNNER_FILE).decode() if RUNNER_FILE in whl.namelist() else None
+            return whl.read(path).decode() if path in whl.namelist() else None
     with tarfile.open(archive) as sdist:
         for member in sdist.getmembers():
-            if member.name.endswith("/" + RUNNER_FILE) and member.name.count("/") == RUNNER_FILE.count("/") + 1:
+            if member.name.endswith("/" + path) and member.name.count("/") == path.count("/") + 1:
                 return sdist.extractfile(member).read().decode()
     return None
 
@@ -81,12 +84,21 @@ def main() -> int:
     args.cache.mkdir(parents=True, exist_ok=True)
     versions = sorted((v for v in index_versions() if Version(v) >= Version(args.first)), key=Version)
     print("FINGERPRINTS: dict[str, str] = {")
+    v2 = {}
     for version in versions:
         print(f"[ascend_releases] {version}: downloading", file=sys.stderr, flush=True)
-        source = runner_source(download(version, args.cache))
+        archive = download(version, args.cache)
+        source = runner_source(archive)
         value = "None" if source is None else repr(method_fingerprint(source, "NPUModelRunner", FINGERPRINTED_METHODS))
         print(f"    {version!r}: {value},", flush=True)
+        v2_source = runner_source(archive, V2_FILE) if Version(version) >= Version("0.30.0rc1") else None
+        if v2_source is not None:
+            v2[version] = method_fingerprint(v2_source, None, V2_FINGERPRINTED_FUNCTIONS)
     print("}")
+    # the releases whose V2 has a fingerprint; only those a cell runs belong in V2_FINGERPRINTS
+    print("V2 fingerprints (V2_FINGERPRINTS lists the releases a cell runs):")
+    for version, value in v2.items():
+        print(f"    {version!r}: {value!r},")
     return 0
 
 

@@ -90,7 +90,7 @@ def register() -> None:
             )
         # Patches apply when each runner's module is imported (in workers), and
         # each logs what it replaced then; here they are only armed.
-        runners = " and ".join(t.runner for t in adapters.targets(installed.platform))
+        runners = " and ".join(dict.fromkeys(t.runner for t in adapters.targets(installed.platform)))
         if mode == "observe":
             announce(logging.INFO, "%s observing (KV_STRATEGIES=observe, %s): stock builds the KV cache of %s; "
                      "the plugin reports it", PREFIX, installed.describe(), runners)

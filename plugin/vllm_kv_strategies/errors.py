@@ -19,6 +19,12 @@ class KVCacheLayoutError(KVStrategiesError, ValueError):
     """A KV cache config cannot be laid out: sizes, coverage or sharing are wrong."""
 
 
+class BeyondConfigError(KVCacheLayoutError):
+    """A layout would allocate more bytes than the ``KVCacheTensor`` s of the
+    config hold (vLLM sized ``num_blocks`` to fit those bytes in memory):
+    refused before anything is allocated."""
+
+
 class StockWouldFailError(KVCacheLayoutError):
     """The config is one stock would also fail on or corrupt: raised in every
     mode, before anything is allocated, instead of falling back."""
@@ -36,3 +42,10 @@ class ModelLayerMismatchError(StockWouldFailError):
 
 class KVCacheAllocationError(KVStrategiesError, MemoryError):
     """Allocating a KV cache buffer failed; nothing was bound to the model."""
+
+
+class UnscaledBudgetError(StockWouldFailError):
+    """vllm-ascend 0.30: the worker's KV cache budget was left unscaled for
+    the plugin's overlay of KV cache groups, which it then cannot build; stock's
+    private per-layer buffers would need several times the budget, so nothing
+    falls back to them."""

@@ -15,9 +15,10 @@
 * ``torchvision``: package stub (transformers' Qwen2-VL processors import
   ``torchvision.transforms.v2``; the PyPI torchvision wheel needs CUDA ops and cannot load here).
 * ``torchair``: package stub, only for the versions that import it (0.18.0 and 0.11.0).
-* ``acl`` and ``fla_npu``: package stubs, 0.30.0 only. ``acl`` (CANN's Python runtime):
+* ``acl``: package stub, every release (CANN's Python runtime):
   ``vllm_ascend/device_allocator/camem.py`` does ``from acl.rt import memcpy`` and
-  ``vllm_ascend/worker/worker.py`` imports camem. ``fla_npu`` (the Ascend flash-linear-attention
+  the worker (``vllm_ascend/worker/worker.py``; 0.11 ``worker_v1.py``) imports camem (0.30
+  imports the worker on its own; the sleep mode tests import it on 0.11 - 0.23). ``fla_npu``: package stub, 0.30.0 only (the Ascend flash-linear-attention
   kernels): ``vllm_ascend/ops/gdn.py`` (reached from ``vllm_ascend.patch.worker`` through
   ``patch_qwen3_5``), ``ops/kda.py``, ``ops/kimi_kda.py`` import ``fla_npu.ops.ascendc``.
   0.30.0rc2 never imports ``triton_ascend`` itself (it looks up triton-ascend's ops through
@@ -38,19 +39,20 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
+from collections import Counter
 from unittest.mock import MagicMock
 
-__all__ = ["install", "installed_version", "STUB_ROOTS", "is_stub", "format_cast_mock"]
+__all__ = ["install", "installed_version", "STUB_ROOTS", "is_stub", "format_cast_mock", "npu_calls"]
 
 SUPPORTED_VERSIONS = ("0.30.0", "0.23.0", "0.18.0", "0.13.0", "0.11.0")
 
 # Which stub packages each vllm-ascend version needs (see the probe notes).
 _ROOTS_BY_VERSION = {
     "0.30.0": ("torch_npu", "torchvision", "acl", "fla_npu"),
-    "0.23.0": ("torch_npu", "torchvision"),
-    "0.18.0": ("torch_npu", "torchvision", "torchair"),
-    "0.13.0": ("torch_npu", "torchvision"),
-    "0.11.0": ("torch_npu", "torchair"),
+    "0.23.0": ("torch_npu", "torchvision", "acl"),
+    "0.18.0": ("torch_npu", "torchvision", "torchair", "acl"),
+    "0.13.0": ("torch_npu", "torchvision", "acl"),
+    "0.11.0": ("torch_npu", "torchair", "acl"),
 }
 STUB_ROOTS: tuple[str, ...] = ()
 
@@ -148,6 +150,27 @@ def is_stub(module) -> bool:
 def format_cast_mock() -> MagicMock:
     """The MagicMock standing in for ``torch_npu.npu_format_cast`` (identity)."""
     return sys.modules["torch_npu"].npu_format_cast
+
+
+def npu_calls() -> Counter:
+    """Every call recorded so far on the stubbed NPU modules (``torch_npu`` and its submodules,
+    ``torch.npu``), counted by the called name (``torch_npu.npu_format_cast``,
+    ``torch.npu.synchronize``, ...): take it before and after a build and subtract, to see which
+    NPU operations the build called."""
+    import torch
+
+    counts: Counter = Counter()
+    roots = [(name, module) for name, module in list(sys.modules.items()) if module is not None and is_stub(module)]
+    for prefix, module in roots:
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, MagicMock):
+                for call in value.mock_calls:
+                    counts[".".join(filter(None, (prefix, attr, call[0])))] += 1
+    npu = getattr(torch, "npu", None)
+    if isinstance(npu, MagicMock):
+        for call in npu.mock_calls:
+            counts[f"torch.npu.{call[0]}"] += 1
+    return counts
 
 
 def installed_version() -> str | None:

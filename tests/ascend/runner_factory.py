@@ -328,8 +328,9 @@ def _layer_for(
         sparse = getattr(spec, "sparse_head_dim", None)
         packed = getattr(spec, "cache_sparse_sfa_c8", False)  # sparse_head_dim[0] is the packed row
         kv_lora_rank, rope = (sparse[0], sparse[1]) if sparse and not packed else mla_dims
-        return _bare_layer(MLAAttention, layer_name=name, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope)
-    return _bare_layer(Attention, layer_name=name)
+        return _bare_layer(MLAAttention, layer_name=name, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope,
+                           attn_backend=_backend_for(kind, spec))
+    return _bare_layer(Attention, layer_name=name, attn_backend=_backend_for(kind, spec))  # get_attn_backend() reads it
 
 
 def _backend_for(kind: str, spec: KVCacheSpec, mamba_layer: type | None = None) -> type:
@@ -836,6 +837,7 @@ def deepseek_v32(
     li_c8_layers: Iterable[int] | None = None,
     num_layers: int = 61,
     mtp_layers: int = 0,
+    li_c4: bool = False,
 ) -> ModelKV:
     """DeepSeek-V3.2-Exp (sparse MLA / DSA): 61 layers, each with an indexer key cache
     (``num_layers``; ``mtp_layers`` MTP draft layers of the same spec follow, as in
@@ -871,13 +873,22 @@ def deepseek_v32(
         # indexer key a layer of its own (DeepseekV32IndexerCache at ``...self_attn.indexer.k_cache``)
         # with an AscendSFAIndexerCacheSpec (1 head of index_head_dim 128), as
         # NPUModelRunner.get_kv_cache_spec emits them.
-        assert not (li_c8 or sfa_c8) and rep == 1 and indexer_layers is None and li_c8_layers is None, (
-            "the 0.30 DeepSeek V3.2 builder has no C8, DCP-replicated or per-layer indexer variants"
+        assert not sfa_c8 and rep == 1 and indexer_layers is None and li_c8_layers is None, (
+            "the 0.30 DeepSeek V3.2 builder has no SFA C8, DCP-replicated or per-layer indexer variants"
         )
         from vllm_ascend.core.kv_cache_interface import AscendSFAIndexerCacheSpec  # noqa: PLC0415
 
         main = AscendMLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=576, dtype=BF16, cache_dtype_str="auto")
-        indexer = AscendSFAIndexerCacheSpec(block_size=block_size, num_kv_heads=1, head_size=128, dtype=BF16, cache_dtype_str="auto")
+        # as NPUModelRunner.get_kv_cache_spec (0.30) emits the indexer: LI C8 int8 keys + one fp16 scale per
+        # token (A2's c8 dtypes), LI C4 uint8 keys of half the head + e8m0 scales of head / 32
+        quant = (
+            dict(head_size=64, dtype=torch.uint8, cache_dtype_str="int8", scale_dim=4, scale_dtype=torch.float8_e8m0fnu,
+                 cache_sparse_li_c4=True) if li_c4
+            else dict(head_size=128, dtype=torch.int8, cache_dtype_str="int8", scale_dim=1, scale_dtype=torch.float16,
+                      cache_sparse_li_c8=True) if li_c8
+            else dict(head_size=128, dtype=BF16, cache_dtype_str="auto")
+        )
+        indexer = AscendSFAIndexerCacheSpec(block_size=block_size, num_kv_heads=1, **quant)
         specs = {}
         for name in layers:
             specs[name] = main

@@ -110,3 +110,12 @@ def storage_sizes(kv: dict) -> dict[int, int]:
             sid = ids.setdefault(t.untyped_storage().data_ptr(), len(ids))
             sizes[sid] = t.untyped_storage().nbytes()
     return sizes
+
+
+def print_kv(kv: dict) -> None:
+    """Print :func:`describe` of ``kv``, one line per view, and its storages."""
+    for layer, row in describe(kv).items():
+        print(f"   {layer}: {row['form']}")
+        for view in row["views"]:
+            print(f"      {view}")
+    print(f"   storages (id: bytes): {storage_sizes(kv)}")

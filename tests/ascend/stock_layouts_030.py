@@ -44,11 +44,8 @@ def main() -> int:
             print(f"   stock raised {type(exc).__name__}: {exc}")
             continue
         print(f"   kernel_block_sizes {runner.kernel_block_sizes}, hybrid_with_attn_and_mamba {runner.hybrid_with_attn_and_mamba}")
-        for layer, row in cases.describe(kv).items():
-            print(f"   {layer}: {row['form']}")
-            for v in row["views"]:
-                print(f"      {v}")
-        print(f"   storages (id: bytes): {cases.storage_sizes(kv)}; format casts {npu_stubs.format_cast_mock().call_count}")
+        cases.print_kv(kv)
+        print(f"   format casts {npu_stubs.format_cast_mock().call_count}")
     return 0
 
 

@@ -8,13 +8,14 @@ vllm-ascend's patched planner (runner_factory).
   split as stock passes them, sliding window beside full attention (two
   groups, every layer private), MLA nope / rope, Mamba states after each
   other, with and without KV transfer (2 MiB aligned buffers);
-* what it refuses by name before allocating (stock builds it): hybrids and
+* what it refuses by name before allocating (stock builds it): hybrids with padded attention pages, sparse attention and
   every feature :func:`~vllm_kv_strategies.compat.ascend_strided.unbuilt_layout_reason`
   names;
 * stock's new arguments (``kernel_block_sizes``, ``kv_cache_allocation_context``)
   reach stock on the fallback, and the plugin allocates inside sleep mode's
-  pool as stock does;
-* Ascend's Model Runner V2 is wrapped only to say that stock built its cache.
+  pool as stock does.
+
+Ascend's Model Runner V2: test_ascend_030_v2.py.
 """
 
 from __future__ import annotations
@@ -31,10 +32,9 @@ import kv_compare as kc
 import runner_factory as rf
 import stock_cases_030 as cases
 
-import vllm_kv_strategies
 from vllm_kv_strategies import patching
 from vllm_kv_strategies.adapters import ascend as ascend_adapter
-from vllm_kv_strategies.adapters.ascend import AscendAdapter, AscendV2Adapter
+from vllm_kv_strategies.adapters.ascend import AscendAdapter
 from vllm_kv_strategies.compat import ascend as facts
 from vllm_kv_strategies.errors import UnsupportedSpecError
 
@@ -134,12 +134,12 @@ def test_a_mamba_layer_not_named_linear_attn_is_built_where_stock_fails():
     assert conv.untyped_storage().nbytes() == 8 * 17920
 
 
-def test_hybrid_is_refused_by_name_before_allocating(monkeypatch):
-    mk = cases.hybrid()
+def test_padded_hybrid_is_refused_by_name_before_allocating(monkeypatch):
+    mk = rf.t_hyb_toy()
     runner = mk.make_runner()
     monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
     stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
-    with pytest.raises(UnsupportedSpecError, match=r"a hybrid \(Mamba \+ attention\) shared backing \(FullAttentionSpec, MambaSpec\)"):
+    with pytest.raises(UnsupportedSpecError, match=r"padded attention pages of FullAttentionSpec \(FullAttentionSpec, MambaSpec\)"):
         AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(mk.kv_cache_config),
                                                    **rf.stock_kwargs(runner, mk.kv_cache_config))
 
@@ -162,7 +162,7 @@ def test_auto_fallback_hands_stock_every_argument(monkeypatch, kv_log):
     """In auto a refused config is stock's exactly, with one warning naming why, and stock
     gets kernel_block_sizes and kv_cache_allocation_context as its caller passed them."""
     monkeypatch.setenv("KV_STRATEGIES", "auto")
-    mk = cases.hybrid()
+    mk = rf.t_hyb_toy()
     _, want = stock_build(mk)
     runner = mk.make_runner()
     config = copy.deepcopy(mk.kv_cache_config)
@@ -179,7 +179,7 @@ def test_auto_fallback_hands_stock_every_argument(monkeypatch, kv_log):
     assert seen == {"args": (), "kwargs": kw} and pool.entered == 1
     [warning] = kv_log.at(logging.WARNING)
     assert warning.startswith("kv_strategies: falling back to stock KV cache for all layers: the strategies do not "
-                              "build the vllm-ascend 0.30 layouts of a hybrid (Mamba + attention) shared backing")
+                              "build the vllm-ascend 0.30 layouts of padded attention pages of FullAttentionSpec")
 
 
 def test_the_plugin_allocates_inside_sleep_modes_pool(monkeypatch):
@@ -231,7 +231,9 @@ PLAIN_RUNNER = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=Simpl
     ("runner", "specs", "named"),
     [
         (SimpleNamespace(dcp_size=2), {"a.attn": _attn()}, "decode context parallelism"),
-        (SimpleNamespace(use_sparse=True), {"a.attn": _attn()}, "sparse attention (SFA)"),
+        (PLAIN_RUNNER, {"a.attn": rf.AscendMLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576,
+                                                            dtype=torch.bfloat16, cache_sparse_sfa_c8=True)},
+         "packed SFA C8 / TurboQuant main caches"),
         (SimpleNamespace(use_compress=True), {"a.attn": _attn()}, "compressed KV cache (use_compress)"),
         (SimpleNamespace(sparse_kv_offload_enabled=True), {"a.attn": _attn()}, "sparse KV offload (store_on_host)"),
         (SimpleNamespace(ascend_config=SimpleNamespace(kvpp_config=SimpleNamespace(size=2))), {"a.attn": _attn()}, "KVPP"),
@@ -240,11 +242,9 @@ PLAIN_RUNNER = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=Simpl
         (SimpleNamespace(model_config=SimpleNamespace(hf_text_config=SimpleNamespace(model_type="deepseek_v4"))),
          {"a.attn": _attn()}, "deepseek_v4 KV cache"),
         (PLAIN_RUNNER, {"a.attn": _attn(state_content_bytes=2 * 64 * 2 + 8)},
-         "packed pages of FullAttentionSpec (state_content_bytes: C8 MXFP)"),
+         "packed pages of FullAttentionSpec (state_content_bytes) outside C8 MXFP attention"),
         (PLAIN_RUNNER, {"a.attn": _attn(page_size_padded=_attn().page_size_bytes * 2)},
          "padded attention pages of FullAttentionSpec"),
-        (SimpleNamespace(_is_c8_mxfp_kv_cache=lambda spec: True), {"a.attn": _attn()},
-         "C8 MXFP attention (--kv-cache-dtype mxfp8)"),
     ],
 )
 def test_unbuilt_layouts_are_named(runner, specs, named):
@@ -278,50 +278,3 @@ def test_private_layer_config_gives_each_layer_num_blocks_pages():
     assert [(t.layers, t.size, t.offset) for t in private.kv_cache_tensors] == [
         (["a.attn"], 4 * spec.page_size_bytes, 0), (["b.attn"], 4 * spec.page_size_bytes, 0)]
     assert [t.layers for t in config.kv_cache_tensors] == [["a.attn", "b.attn"]]  # the config given is not changed
-
-
-# -- Ascend's Model Runner V2: a warning, nothing claimed ---------------------------------------
-
-
-def test_ascend_v2_runner_is_wrapped_only_to_warn(monkeypatch, kv_log):
-    import vllm_ascend.worker.v2.model_runner as v2
-
-    calls = []
-
-    def stock(self, kv_cache_config, kv_cache_allocation_context=None):
-        calls.append((kv_cache_config, kv_cache_allocation_context))
-        return "built by stock"
-
-    monkeypatch.setattr(v2.NPUModelRunner, "initialize_kv_cache", stock)
-    adapter = AscendV2Adapter()
-    assert facts.ASCEND_V2 in facts.targets() and adapter.patch(v2)
-    try:
-        runner = object.__new__(v2.NPUModelRunner)
-        assert runner.initialize_kv_cache("cfg", kv_cache_allocation_context="pool") == "built by stock"
-        runner.initialize_kv_cache("cfg")
-    finally:
-        assert adapter.unpatch(v2)
-    assert v2.NPUModelRunner.__dict__["initialize_kv_cache"] is stock
-    assert calls == [("cfg", "pool"), ("cfg", None)]
-    assert kv_log.at(logging.WARNING) == [
-        "kv_strategies: NPUModelRunner (Ascend Model Runner V2) built its KV cache stock: the plugin does not "
-        "build Ascend V2's KV cache yet and did nothing in this worker"
-    ]
-
-
-def test_auto_patches_both_runners_of_0_30(monkeypatch, kv_log):
-    import vllm_ascend.worker.v2.model_runner as v2
-
-    vllm_kv_strategies.unregister()
-    monkeypatch.setenv("KV_STRATEGIES", "auto")
-    try:
-        vllm_kv_strategies.register()
-        assert patching.is_patched(rf.NPUModelRunner) and patching.is_patched(v2.NPUModelRunner)
-        patched = [m for m in kv_log.at(logging.INFO) if m.startswith("kv_strategies: patched")]
-        assert patched == [
-            f"kv_strategies: patched {facts.SPLIT_INIT.describe()} (NPUModelRunner)",
-            f"kv_strategies: patched {facts.ASCEND_V2.describe()} (NPUModelRunner (Ascend V2))",
-        ]
-    finally:
-        vllm_kv_strategies.unregister()
-    assert not patching.is_patched(v2.NPUModelRunner)

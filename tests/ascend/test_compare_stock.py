@@ -21,9 +21,10 @@ the cases in :data:`PLUGIN_BYTES` / :data:`STOCK_BYTES`, where the exact numbers
   attention layer K/V of another (4x the tensor); 0.13 stock gives the attention layer K/V of
   its own (2x). The plugin allocates the tensor once where the states fit the K/V blocks
   (T-HYB, the ``-sized`` Qwen3-Next cases); at Qwen3-Next's stock 0.11 / 0.13 sizing (block 640
-  at TP1, 384 at TP4: a K page is not the ssm state) it gives the GDN layers one shared buffer
-  and the attention layer its K/V (2x): sharing all of it would alias attention block j with
-  Mamba block k != j, and K/V must stay contiguous.
+  at TP1, 384 at TP4: a K page is not the ssm state) sharing all of it would alias attention
+  block j with Mamba block k != j, and K/V of their own would exceed the config, so ``on``
+  raises ``BeyondConfigError`` before allocating and ``auto`` gives stock's build
+  (:data:`BEYOND_CONFIG`).
 * DeepSeek V3.2 on 0.11 / 0.13 (a FullAttentionSpec page of 2 x 576 per token): the layer uses
   nope 512 + rope 64 + indexer 128 = 704 of the 1152 reserved; 0.13 stock allocates the unused
   448 anyway (the indexer buffer is half the tensor), 0.11 stock and the plugin do not.
@@ -33,9 +34,10 @@ the cases in :data:`PLUGIN_BYTES` / :data:`STOCK_BYTES`, where the exact numbers
 private buffers, so where the plugin builds (:data:`STORAGES_030`) the check is that every layer
 owns its storages (no two layers share one), each of exactly the bytes stock allocates (+ 2 MiB
 with transfer, every raw buffer 2 MiB aligned), and the layout signature is stock's. Where it
-refuses by name (:data:`REFUSED_030`: the hybrids' one shared backing, DeepSeek V3.2's sparse
-attention and indexer caches), ``on`` raises ``UnsupportedSpecError`` naming the feature before
+refuses by name (:data:`REFUSED_030`: a hybrid with padded attention pages), ``on`` raises ``UnsupportedSpecError`` naming the feature before
 anything is allocated or bound, and ``auto`` gives stock's build (exact bytes) with one warning.
+Hybrids whose pages line up (:data:`SHARED_030`) are built as stock: one backing of stock's bytes;
+DeepSeek V3.2's MLA and SFA indexer layers (:data:`SPARSE_030`) as stock's private buffers.
 """
 
 from __future__ import annotations
@@ -77,13 +79,14 @@ PLUGIN_BYTES = {
         (r, m): b
         for r in ((0, 11), (0, 13))
         for m, b in (
-            ("qwen3-next-tp1", 125_829_120),  # 12 x (Mamba 5,242,880 + K 2,621,440 + V 2,621,440)
-            ("qwen3-next-tp4", 37_748_736),  # 12 x (1,572,864 + 786,432 + 786,432)
             ("deepseek-v3.2-tp1", 43_974_656),  # 61 x 4 x 128 x (512 + 64 + 128) x 2
             ("deepseek-v3.2-tp4", 43_974_656),
         )
     },
 }
+#: (release, model): refused by name (K/V of their own would exceed the config; stock allocates
+#: them: 0.13 2x, 0.11 4x the config), stock's build in auto.
+BEYOND_CONFIG = {(r, m) for r in ((0, 11), (0, 13)) for m in ("qwen3-next-tp1", "qwen3-next-tp4")}
 #: (release, model, kv_transfer) -> stock bytes, where not the plugin's.
 STOCK_BYTES = {
     ((0, 11), "qwen3-next-tp1", False): 251_658_240,  # 12 x (3 x 5,242,880 + 2 x 2,621,440)
@@ -122,15 +125,62 @@ STORAGES_030 = {
 }
 #: model -> (what the plugin names when it refuses, stock bytes without transfer, stock storages).
 REFUSED_030 = {
-    # 61 x (nope 524,288 + rope 65,536 + indexer key 4 x 128 x 128 x 2 = 131,072), each its own buffer
-    "deepseek-v3.2-tp1": (("sparse attention (SFA)", "SFA indexer caches"), 43_974_656, 183),
-    "deepseek-v3.2-tp4": (("sparse attention (SFA)", "SFA indexer caches"), 43_974_656, 183),
-    # one backing of 12 slots x 4 blocks x page (1,310,720 at TP1, 393,216 at TP4) for all 48 layers
-    "qwen3-next-tp1": (("a hybrid (Mamba + attention) shared backing",), 62_914_560, 1),
-    "qwen3-next-tp4": (("a hybrid (Mamba + attention) shared backing",), 18_874_368, 1),
-    # 2 slots x 4 blocks x 34,304 for its 8 layers
-    "t-hyb": (("a hybrid (Mamba + attention) shared backing",), 274_432, 1),
+    # 2 slots x 4 blocks x 34,304 for its 8 layers; its attention page is padded to the Mamba page
+    # (stock's trim path, [pad | K all | V all] in each region, is not block by block)
+    "t-hyb": (("padded attention pages of FullAttentionSpec",), 274_432, 1),
 }
+#: model -> stock's one backing in bytes (no transfer), where the plugin builds the hybrid's shared
+#: backing as stock does: 12 slots x 4 blocks x page (1,310,720 at TP1, 393,216 at TP4) for all
+#: 48 layers, attention and Mamba layer j of a slot in one region.
+SHARED_030 = {"qwen3-next-tp1": 62_914_560, "qwen3-next-tp4": 18_874_368}
+#: model -> (stock's bytes without transfer, raw buffers): DeepSeek V3.2, every layer private as stock:
+#: 61 MLA layers (nope 524,288 + rope 65,536) and 61 indexer layers (key 4 x 128 x 128 x 2 = 131,072).
+SPARSE_030 = {"deepseek-v3.2-tp1": (43_974_656, 183), "deepseek-v3.2-tp4": (43_974_656, 183)}
+
+
+def _sparse_030(name, model, kv_transfer, bytes_table):
+    """0.30, DeepSeek V3.2 (MLA layers and SFA indexer layers): stock's views and storages."""
+    config = model.kv_cache_config
+    stock_runner, ours_runner = model.make_runner(kv_transfer=kv_transfer), model.make_runner(kv_transfer=kv_transfer)
+    stock = stock_init(stock_runner, copy.deepcopy(config))
+    ours = ours_init(ours_runner, copy.deepcopy(config))
+    plain, buffers = SPARSE_030[name]
+    for kv in (stock, ours):
+        assert len(storages(kv)) == buffers and layers_sharing_storage(kv) == []
+        assert sum(storages(kv).values()) == plain + (TRANSFER_ALIGNMENT * buffers if kv_transfer else 0)
+    assert layout_signature(ours) == layout_signature(stock)
+    bytes_table.append((name, kv_transfer, plain, plain, plain))
+
+
+def _shared_030(name, model, kv_transfer, bytes_table):
+    """0.30, a hybrid: one backing of exactly stock's bytes, the layout signature stock's."""
+    config = model.kv_cache_config
+    stock_runner, ours_runner = model.make_runner(kv_transfer=kv_transfer), model.make_runner(kv_transfer=kv_transfer)
+    stock = stock_init(stock_runner, copy.deepcopy(config))
+    ours = ours_init(ours_runner, copy.deepcopy(config))
+    plain = SHARED_030[name]
+    assert list(storages(stock).values()) == list(storages(ours).values()) == [plain + (TRANSFER_ALIGNMENT if kv_transfer else 0)]
+    assert layout_signature(ours) == layout_signature(stock)
+    assert len(ours_runner.kv_caches) == len(stock_runner.kv_caches)
+    bytes_table.append((name, kv_transfer, plain, plain, plain))
+
+
+def _beyond_config(model, stock, kv_transfer, monkeypatch, kv_log, bytes_table, name):
+    """0.11 / 0.13 at stock hybrid sizing: ``on`` raises BeyondConfigError before allocating;
+    ``auto`` gives stock's build, with one warning naming the tensor."""
+    from vllm_kv_strategies.errors import BeyondConfigError
+
+    config = model.kv_cache_config
+    size = config.kv_cache_tensors[0].size
+    with pytest.raises(BeyondConfigError, match=f"KV cache tensor 0 \\({size} bytes.* would take {2 * size} bytes"):
+        ours_init(model.make_runner(kv_transfer=kv_transfer), copy.deepcopy(config))
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    ours = ours_init(model.make_runner(kv_transfer=kv_transfer), copy.deepcopy(config))
+    assert layout_signature(ours) == layout_signature(stock)
+    [warning] = kv_log.at(logging.WARNING)
+    assert "falling back to stock" in warning and "would take" in warning
+    required = sum(t.size for t in config.kv_cache_tensors)
+    bytes_table.append((name, kv_transfer, sum(storages(stock).values()), sum(storages(ours).values()), required))
 
 
 def _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table):
@@ -178,6 +228,8 @@ def _built_030(name, model, kv_transfer, bytes_table):
     config = model.kv_cache_config
     stock_runner, ours_runner = model.make_runner(kv_transfer=kv_transfer), model.make_runner(kv_transfer=kv_transfer)
     stock = stock_init(stock_runner, copy.deepcopy(config))
+    if (R, name) in BEYOND_CONFIG:
+        return _beyond_config(model, stock, kv_transfer, monkeypatch, kv_log, bytes_table, name)
     ours = ours_init(ours_runner, copy.deepcopy(config))
 
     assert ours.keys() == stock.keys() and len(ours) == num_layers
@@ -223,13 +275,19 @@ def _built_030(name, model, kv_transfer, bytes_table):
 def test_plugin_equals_stock(name, kv_transfer, bytes_table, monkeypatch, kv_log):
     model = MODELS[name]()
     if R >= (0, 30):
-        assert name in STORAGES_030 or name in REFUSED_030, f"{name}: no 0.30 expectation"
+        assert name in {**STORAGES_030, **REFUSED_030, **SHARED_030, **SPARSE_030}, f"{name}: no 0.30 expectation"
+        if name in SPARSE_030:
+            return _sparse_030(name, model, kv_transfer, bytes_table)
+        if name in SHARED_030:
+            return _shared_030(name, model, kv_transfer, bytes_table)
         if name in REFUSED_030:
             return _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table)
         return _built_030(name, model, kv_transfer, bytes_table)
     config = model.kv_cache_config
     stock_runner, ours_runner = model.make_runner(kv_transfer=kv_transfer), model.make_runner(kv_transfer=kv_transfer)
     stock = stock_init(stock_runner, copy.deepcopy(config))
+    if (R, name) in BEYOND_CONFIG:
+        return _beyond_config(model, stock, kv_transfer, monkeypatch, kv_log, bytes_table, name)
     ours = ours_init(ours_runner, copy.deepcopy(config))
 
     assert ours.keys() == stock.keys()

@@ -62,12 +62,12 @@ ON_030 = R >= (0, 30)
 #: Skip reasons on vllm-ascend 0.30 (one per reason).
 SPARSE_030 = (
     "vllm-ascend 0.30 has no sparse_head_dim MLA spec (runner_factory.deepseek_v32 builds 0.18-0.23's): "
-    "the SFA indexer is AscendSFAIndexerCacheSpec on a layer of its own, and the plugin refuses sparse "
-    "attention by name (use_sparse: 'sparse attention (SFA)'); stock builds it"
+    "the SFA indexer is AscendSFAIndexerCacheSpec on a layer of its own, which the sfa_indexer kind builds "
+    "as stock (tests/ascend/test_sfa_030.py)"
 )
 HYBRID_030 = (
-    "vllm-ascend 0.30: a hybrid (Mamba + attention) config is one page-strided backing, which the plugin "
-    "refuses by name before allocating (stock builds it; test_public_cases.test_hybrid_backing_is_refused_by_name_030)"
+    "vllm-ascend 0.30: a hybrid (Mamba + attention) config is one page-strided backing, laid out as stock's "
+    "(tests/ascend/test_overlay_030.py, test_public_cases.test_hybrid_backing_is_stocks_030), not 0.23's form"
 )
 NO_KV_CACHE_DTYPE_030 = (
     "vllm-ascend 0.30's AscendConfig rejects additional_config kv_cache_dtype (pydantic: unexpected "
@@ -268,8 +268,10 @@ def test_kernel_block_size_names():
 )
 def test_format_cast_as_the_release_runner(model):
     """0.11 casts every attention view (not Mamba states) through _convert_torch_format
-    (npu_format_cast, stubbed as identity); later releases cast nothing on A2."""
-    mk = getattr(rf, model)()
+    (npu_format_cast, stubbed as identity); later releases cast nothing on A2. Qwen3-Next with the
+    plugin's hybrid sizing where the release has one (0.11 / 0.13: at stock sizing its K/V would
+    exceed the config, refused by name)."""
+    mk = rf.qwen3_next(plugin_sizing=True) if model == "qwen3_next" else getattr(rf, model)()
     runner = mk.make_runner()
     convert = facts.format_converter(runner)
     assert (convert is not None) == (R < (0, 13))

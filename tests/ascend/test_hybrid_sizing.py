@@ -55,7 +55,7 @@ from vllm_kv_strategies import adapters, patching
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.adapters.ascend_sizing import HybridSizingAdapter
 from vllm_kv_strategies.compat import ascend as facts
-from vllm_kv_strategies.errors import KVCacheLayoutError
+from vllm_kv_strategies.errors import BeyondConfigError, KVCacheLayoutError, StockWouldCorruptError
 from vllm_kv_strategies.layout.ascend import shares_block_consistently
 from vllm_kv_strategies.layout.hybrid_kv import kv_block_sizing, states_in_kv_page
 from vllm_kv_strategies.plan import plan_kv_cache
@@ -72,8 +72,8 @@ only_legacy_sizing = pytest.mark.skipif(
 #: Skip reason on vllm-ascend 0.30.
 HYBRID_030 = (
     "vllm-ascend 0.30: a hybrid (Mamba + attention) config is one page-strided backing, which the plugin "
-    "refuses by name before allocating (unbuilt_layout_reason: 'a hybrid (Mamba + attention) shared "
-    "backing'; stock builds it), and 0.30 has no vllm-ascend hybrid sizing (vLLM's _align_hybrid_block_size)"
+    "builds as stock (tests/ascend/test_overlay_030.py), not 0.23's form these tests check, and 0.30 has "
+    "no vllm-ascend hybrid sizing (vLLM's _align_hybrid_block_size)"
 )
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 MiB = 1 << 20
@@ -503,14 +503,16 @@ def test_placement_is_the_proof_breaking_it_is_caught():
 
 @only_legacy_sizing
 @pytest.mark.parametrize("how", ["stock sizing", "user block 384"])
-def test_route_b_refused_at_todays_sizing(how):
+def test_route_b_refused_at_todays_sizing(how, monkeypatch):
     """The issue's toy: Qwen3-Next TP4 as 0.13 sizes it (block 384, Mamba page padded to 393,216,
     12 tensors of 786,432, N = 2): budget 9,437,184. A K page (196,608) is not the ssm state
     (262,144), so no contiguous K/V places the states block-consistently (route (b) would need
     K/V with a 393,216-byte block stride, which the ATB cache write refuses: README, "Ascend").
     It reaches a worker when the sizing did not run (stock in the front-end, or a block size the
-    user set) and stays at today's layout: Mamba buffer + K/V of their own, 18,874,368 (2.000x);
-    stock 18,874,368 on 0.13, 37,748,736 on 0.11."""
+    user set). Mamba buffer + K/V of their own would be 18,874,368 (2.000x the config), so the
+    plugin refuses it by name before allocating (BeyondConfigError, issue 22: never beyond the
+    config); auto builds stock's layout (18,874,368 on 0.13, 37,748,736 on 0.11: what the user
+    gets without the plugin)."""
     kwargs = {"block_size": 384, "plugin_sizing": True} if how == "user block 384" else {}
     mk = rf.qwen3_next(tp=4, num_blocks=2, **kwargs)
     config = mk.kv_cache_config
@@ -521,11 +523,12 @@ def test_route_b_refused_at_todays_sizing(how):
     layers = tuple(plan.layers_of(0))
     assert states_in_kv_page(layers) is None
     assert not any(shares_block_consistently(layers, 2, 786_432, il) for il in (False, True))
-    decided = AscendAdapter().plan_runner(mk.make_runner(), config)
-    assert not decided.hybrid and all(lo.kv_page is None for lo in decided.layouts)
+    with pytest.raises(BeyondConfigError, match="would take 1572864 bytes where the config planned 786432"):
+        AscendAdapter().plan_runner(mk.make_runner(), config)
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
     ours = plugin_init(mk.make_runner(), config)
-    assert sum(storages(ours).values()) == 18_874_368
-    assert sum(storages(stock_init(mk.make_runner(), config)).values()) == {(0, 11): 37_748_736, (0, 13): 18_874_368}[R]
+    stock = stock_init(mk.make_runner(), config)
+    assert sum(storages(ours).values()) == sum(storages(stock).values()) == {(0, 11): 37_748_736, (0, 13): 18_874_368}[R]
 
 
 # -- capacity ---------------------------------------------------------------------------------
@@ -634,10 +637,11 @@ def test_random_kv_sized_hybrids_are_block_consistent_at_exactly_the_budget(case
 @pytest.mark.skipif(R >= (0, 30), reason=HYBRID_030)
 @settings(max_examples=15, deadline=None, derandomize=True, database=None)
 @given(heads=st.sampled_from((1, 2)), conv_channels=st.integers(64, 512), num_blocks=st.integers(1, 3))
-def test_random_hybrids_at_0_13_style_sizing_fall_back_consistently(heads, conv_channels, num_blocks):
+def test_random_hybrids_at_0_13_style_sizing_are_refused_before_exceeding_the_config(heads, conv_channels, num_blocks):
     """Sized the 0.11 / 0.13 way (attention page = 128-token multiple >= Mamba page, Mamba padded
-    to it) with a K page that is not the ssm state: never laid out inside K/V; the attention
-    layers get K/V of their own (2x the budget), each kind still block-consistent."""
+    to it) with a K page that is not the ssm state: never laid out inside K/V; K/V of their own
+    would be 2x the budget, so the plugin refuses by name before allocating (StockWouldCorruptError
+    where stock shares the tensor, 0.18+; BeyondConfigError on 0.11 / 0.13)."""
     dtype, k_token = BF16, heads * 64 * 2
     ssm_shape = (2, 64, 48)  # 12,288 bytes: never 128 x k_token
     conv_shape = (3, conv_channels)
@@ -652,8 +656,7 @@ def test_random_hybrids_at_0_13_style_sizing_fall_back_consistently(heads, conv_
     config = rf.build_kv_cache_config(specs, num_blocks, max_model_len=block * 4)
     plan = plan_kv_cache(config, ModelDims())
     assert states_in_kv_page(tuple(plan.layers_of(0))) is None
-    kv = plugin_init(rf.make_runner(config, model_type="qwen3_next"), config)
-    budget = sum(t.size for t in config.kv_cache_tensors)
-    assert sum(storages(kv).values()) == 2 * budget
-    mamba_views = [kv[f"model.layers.{i}.linear_attn"] for i in range(3)]
-    assert len({t.untyped_storage().data_ptr() for v in mamba_views for t in v}) == 1
+    size = config.kv_cache_tensors[0].size
+    error = StockWouldCorruptError if facts.stock_shares_hybrid_tensors() else BeyondConfigError
+    with pytest.raises(error, match=f"would take {2 * size} bytes where the config planned {size}"):
+        AscendAdapter().plan_runner(rf.make_runner(config, model_type="qwen3_next"), config)

@@ -100,7 +100,8 @@ def _halves_030(monkeypatch, kv_log):
     """0.30 (halves called as its initialize_kv_cache_tensors calls them, with the kernel block
     sizes): on a config the strategies build (2 dense layers, K|V interleaved, and DeepSeek-V3's
     nope / rope), the plugin plans every call (no warning) and each layer gets private raw
-    buffers, as stock; on T-HYB, which they refuse by name (a hybrid's shared backing), auto
+    buffers, as stock; on T-HYB, which they refuse by name (a hybrid whose attention pages are
+    padded to the Mamba page: stock's trim path), auto
     gives stock's halves: one raw backing for every layer, hybrid flag set, one warning."""
     planned = []
     real_plan = AscendAdapter.plan_runner
@@ -139,7 +140,7 @@ def _halves_030(monkeypatch, kv_log):
     assert {t.untyped_storage().nbytes() for v in caches.values() for t in v} == {274_432}
     assert runner.hybrid_with_attn_and_mamba is True
     warnings = {r.getMessage() for r in kv_log.records if r.levelno >= logging.WARNING}
-    assert len(warnings) == 1 and "a hybrid (Mamba + attention) shared backing" in warnings.pop()
+    assert len(warnings) == 1 and "padded attention pages of FullAttentionSpec" in warnings.pop()
 
 
 @pytest.mark.skipif(rf.RELEASE >= (0, 13), reason="vllm-ascend 0.11's three initialisations")

@@ -60,13 +60,14 @@ NO_SHARED_BY_030 = (
     "(test_compare_stock checks that)"
 )
 HYBRID_REFUSED_030 = (
-    "vllm-ascend 0.30: a hybrid (Mamba + attention) config is one page-strided backing, which the "
-    "plugin refuses by name before allocating (stock builds it; test_hybrid_backing_is_refused_by_name_030)"
+    "vllm-ascend 0.30: these cases pad the attention page to the Mamba page (T-HYB), which 0.30 "
+    "refuses by name before allocating (stock's trim path, [pad | K all | V all] per region, is not "
+    "block by block); unpadded hybrids are built as stock's one page-strided backing "
+    "(test_hybrid_backing_is_stocks_030, tests/ascend/test_overlay_030.py)"
 )
 NO_SPARSE_HEAD_DIM_030 = (
     "vllm-ascend 0.30's AscendMLAAttentionSpec has no sparse_head_dim: the SFA indexer is its own "
-    "layer's AscendSFAIndexerCacheSpec, refused by name (strategies.REFUSED_SPEC_CLASSES; "
-    "use_sparse: 'sparse attention (SFA)')"
+    "layer's AscendSFAIndexerCacheSpec, which the sfa_indexer kind builds as stock (tests/ascend/test_sfa_030.py)"
 )
 LAYER_BYTES_FROM_PAGES_030 = (
     "vllm-ascend 0.30: a layer's bytes are num_blocks x its own page (stock's "
@@ -454,12 +455,19 @@ def test_k_and_v_of_different_widths_030(monkeypatch):
 
 
 @pytest.mark.skipif(not ON_030, reason="vllm-ascend 0.30's strided hybrid backing")
-def test_hybrid_backing_is_refused_by_name_030(monkeypatch):
+def test_hybrid_backing_is_stocks_030(monkeypatch):
+    """An unpadded hybrid: stock's one backing, layer j of each kind in region j, byte for byte;
+    T-HYB (attention page padded to the Mamba page) is refused before anything is allocated."""
+    import copy
+
     import stock_cases_030
 
     mk = stock_cases_030.hybrid()
-    stock = kv_compare.stock_init(mk.make_runner(), mk.kv_cache_config)
-    assert set(stock) == set(mk.specs)
+    stock = kv_compare.stock_init(mk.make_runner(), copy.deepcopy(mk.kv_cache_config))
+    ours = kv_compare.plugin_init(mk.make_runner(), copy.deepcopy(mk.kv_cache_config))
+    assert kv_compare.layout_signature(ours) == kv_compare.layout_signature(stock)
+    assert {t.untyped_storage().nbytes() for v in ours.values() for t in v} == {mk.kv_cache_config.kv_cache_tensors[0].size}
     monkeypatch.setattr(torch, "zeros", lambda *a, **k: pytest.fail("allocated"))
-    with pytest.raises(UnsupportedSpecError, match=r"a hybrid \(Mamba \+ attention\) shared backing"):
-        kv_compare.plugin_init(mk.make_runner(), mk.kv_cache_config)
+    toy = rf.t_hyb_toy()
+    with pytest.raises(UnsupportedSpecError, match=r"padded attention pages of FullAttentionSpec"):
+        kv_compare.plugin_init(toy.make_runner(), toy.kv_cache_config)

@@ -54,9 +54,8 @@ NO_C8 = (
 #: Skip reasons on vllm-ascend 0.30 (one per reason).
 SPARSE_030 = (
     "vllm-ascend 0.30 has no sparse_head_dim MLA spec (runner_factory.deepseek_v32 builds 0.18-0.23's): "
-    "its SFA indexer is AscendSFAIndexerCacheSpec on a layer of its own, and the plugin refuses sparse "
-    "attention by name (unbuilt_layout_reason: use_sparse 'sparse attention (SFA)', "
-    "strategies.REFUSED_SPEC_CLASSES); stock builds it"
+    "its SFA indexer is AscendSFAIndexerCacheSpec on a layer of its own, which the sfa_indexer kind builds "
+    "as stock (plain, LI C8, LI C4: tests/ascend/test_sfa_030.py)"
 )
 FA_QUANT_030 = (
     "runner_factory.fa_quant_config imports quantization.modelslim_config, which vllm-ascend 0.30 moved to "
@@ -69,7 +68,7 @@ NO_KV_CACHE_DTYPE_030 = (
 )
 A5_030 = (
     "vllm-ascend 0.30 has no get_ascend_device_type in core.kv_cache_interface (the a5 fixture's patch); "
-    "the A5 variants are LI C8 / SFA C8 (sparse: refused by name on 0.30) and FA quant (see FA_QUANT_030)"
+    "the A5 variants are LI C8 (built on 0.30: test_sfa_030), SFA C8 (refused by name on 0.30) and FA quant (see FA_QUANT_030)"
 )
 ONLY_023 = "SFA C8, DCP-replicated and shared indexers, per-layer LI C8 and the A5 dtypes are vllm-ascend 0.23 features"
 

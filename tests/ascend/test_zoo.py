@@ -18,7 +18,8 @@ Each case gets one verdict, and the rule is asserted:
 Wherever the plugin builds, its caches are block-consistent, no two ``KVCacheTensor`` s share a
 storage, every layer has at least ``num_blocks`` blocks and is bound to its module (in the form
 the release's vLLM binds it) and in ``runner.kv_caches``, and it never allocates more than
-stock. Anything else fails the case (a plugin bug).
+stock, nor more than the config's ``KVCacheTensor`` s hold (besides the 2 MiB transfer alignment
+of each raw buffer, which stock adds too). Anything else fails the case (a plugin bug).
 
 CI runs :data:`CI_SLICE` (every spec kind, TP 1 and 4, with and without transfer); ``KV_ZOO=all``
 runs the whole zoo (``tools/nox.sh -s zoo-ascend-0.23.0``, or any ``zoo-ascend-X``). The verdicts
@@ -32,6 +33,8 @@ import os
 
 import pytest
 import runner_factory as rf
+
+from vllm_kv_strategies.compat import ascend as facts
 import zoo_models
 from kv_compare import (
     Built,
@@ -42,10 +45,12 @@ from kv_compare import (
     plugin_init,
     run,
     stock_init,
+    storages,
     strided,
     tensors_sharing_storage,
 )
 
+from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT
 from vllm_kv_strategies.errors import StockWouldFailError
 
 R = rf.RELEASE
@@ -119,8 +124,11 @@ def verdict(config, stock: Built, ours: Built, warnings: list[str]) -> tuple[str
     kv = ours.kv
     assert set(kv) == set(layers)
     assert not block_conflicts(kv, config), block_conflicts(kv, config)
-    assert not tensors_sharing_storage(kv, config)
-    if strided(config):  # 0.30: the plugin builds stock's private per-layer buffers only
+    if strided(config) and facts.is_hybrid(config):  # 0.30 hybrids: stock's one backing, regions per layer
+        assert len({t.untyped_storage().data_ptr() for v in kv.values() for t in v}) == 1
+    else:
+        assert not tensors_sharing_storage(kv, config)
+    if strided(config) and not facts.is_hybrid(config):  # 0.30: stock's private per-layer buffers
         assert not layers_sharing_storage(kv), layers_sharing_storage(kv)[:3]
     assert min(blocks_of(kv, config).values()) >= config.num_blocks
     assert not ours.unbound, f"layers the model cannot reach: {ours.unbound}"
@@ -160,7 +168,18 @@ def test_zoo(name, sizing, tp, transfer, monkeypatch, kv_log, zoo_table):
     row = [name + (" (plugin sizing)" if sizing == "plugin" else ""), tp, transfer, kinds, "FAILED", "", stock.bytes, ours.bytes]
     zoo_table.append(row)
     result, detail = verdict(config, stock, ours, warnings)
+    if result in ("identical", "better") and ours.error is None and not warnings:  # the plugin built
+        assert_within_config(ours, config, transfer)
     row[4:6] = result, detail
+
+
+def assert_within_config(ours: Built, config, transfer: bool) -> None:
+    """Issue 22's invariant: the plugin's storages hold at most the config's ``KVCacheTensor``
+    bytes, besides the 2 MiB transfer alignment of each raw buffer (stock pads its buffers the
+    same way; each storage is one raw buffer)."""
+    padding = TRANSFER_ALIGNMENT * len(storages(ours.kv)) if transfer else 0
+    budget = sum(t.size for t in config.kv_cache_tensors)
+    assert ours.bytes - padding <= budget, f"the plugin allocates {ours.bytes - padding:,} bytes for a {budget:,}-byte config"
 
 
 def test_the_zoo_checks_see_cross_block_aliasing():

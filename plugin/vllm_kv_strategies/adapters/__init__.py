@@ -57,7 +57,8 @@ def uninstall() -> list[str]:
     restored (``target.describe()``)."""
     restored = []
     patching.cancel_pending()
-    for target in (*upstream_facts.TARGETS, ascend_facts.SPLIT_INIT, ascend_facts.THREE_INITS, ascend_facts.HYBRID_SIZING, ascend_facts.ASCEND_V2):
+    for target in (*upstream_facts.TARGETS, ascend_facts.SPLIT_INIT, ascend_facts.THREE_INITS, ascend_facts.HYBRID_SIZING,
+                   ascend_facts.ASCEND_V2_ALLOCATION, ascend_facts.ASCEND_V2, ascend_facts.MULTI_GROUP_BUDGET):
         module = sys.modules.get(target.module)
         if module is None:
             continue

@@ -19,8 +19,8 @@ name and stock builds it.
 With ``kv_transfer_config`` set every raw buffer's ``data_ptr`` is a multiple
 of 2 MiB (over-allocated by 2 MiB and sliced); without it nothing is padded.
 Attention views go through the runner's format cast where the release has one
-(0.11); on 0.13 - 0.23, on an NPU, each view is cast to ND with
-``torch_npu.npu_format_cast``; on 0.30 none is cast (as stock). Binding keeps every layer: all of them are in
+(0.11); no other release's stock casts a KV cache view, and neither does the
+plugin (:func:`~vllm_kv_strategies.compat.ascend.format_converter`). Binding keeps every layer: all of them are in
 ``runner.kv_caches`` (ordered by layer index, then as the config lists them)
 and bound to their attention modules, also draft/MTP layers that share a layer
 index with a target layer, which the binder vllm-ascend 0.23 installs
@@ -33,24 +33,23 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from .. import envs
 from ..compat import ascend as facts
 from ..compat.ascend_releases import code_mismatch
 from ..compat.matrix import Installed, release_before
 from ..errors import UnsupportedSpecError
 from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
 from ..layout.interleaved_kv import interleaved_kv_views
-from ..logger import PREFIX, warn_once
+from ..layout.packets import c8_mxfp_views
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
 from ..strategies.bsh_attention import restate_bsh
 from ..strategies.sparse_mla import normalize_legacy_specs
+from .ascend_binding import bind_every_layer
+from .ascend_overlay import overlay_plan, overlay_wanted
 from .base import RunnerAdapter, allocate_bytes
 
 #: Prefill/decode disaggregation: KV transfer engines need 2 MiB aligned buffers.
 TRANSFER_ALIGNMENT = 2 * 1024 * 1024
-#: torch_npu's ACL format id of ND.
-ACL_FORMAT_ND = 2
 
 
 @dataclass(frozen=True)
@@ -83,6 +82,10 @@ def allocate(layouts: list[TensorLayout], device: Any, align: bool) -> dict[str,
     try:
         for layout in layouts:
             first = layout.layers[0].name
+            if layout.regions:  # one backing, a region per layer (vLLM's overlay)
+                raw = _zeros(layout.buffer_bytes[0], device, align, first)
+                raws.update((lp.name, raw[s : s + n]) for lp, (s, n) in zip(layout.layers, layout.regions))
+                continue
             buffers = []
             for nbytes, slices in buffer_slices(layout):
                 raw = _zeros(nbytes, device, align, first)
@@ -105,25 +108,6 @@ def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
     return kwargs.get(name, args[index] if len(args) > index else None)
 
 
-def bind_every_layer(kv_caches: dict[str, Any], forward_context: dict[str, Any], runner_kv_caches: list[Any], num_attn_module: int) -> None:
-    """Bind every layer's cache to its module and append every cache to
-    ``runner_kv_caches``, ordered by layer index and, within one index, as
-    ``kv_caches`` lists them. Follows vLLM's ``bind_kv_cache``
-    (``vllm/v1/worker/utils.py``) except that several layers of one index
-    (an MTP draft layer beside a target layer, cross and self attention) all
-    stay in ``runner_kv_caches``. A module gets its cache in the form the
-    installed vLLM binds it: ``[cache]`` (one per virtual engine) up to vLLM
-    0.18, the cache itself in 0.23
-    (:func:`~vllm_kv_strategies.compat.ascend.binds_per_virtual_engine`)."""
-    from vllm.model_executor.models.utils import extract_layer_index
-
-    order = sorted(kv_caches, key=lambda name: extract_layer_index(name, num_attn_module))  # stable
-    runner_kv_caches.extend(kv_caches[name] for name in order)
-    wrap = facts.binds_per_virtual_engine()
-    for name, cache in kv_caches.items():
-        forward_context[name].kv_cache = [cache] if wrap else cache
-
-
 class AscendAdapter(RunnerAdapter):
     @property
     def target(self):  # type: ignore[override]
@@ -135,13 +119,7 @@ class AscendAdapter(RunnerAdapter):
         ``auto`` a changed install stays stock with one warning; ``on`` and
         ``observe`` patch it, warning once."""
         version = Installed.detect().vllm_ascend
-        mismatch = code_mismatch(module, version) if version is not None else None
-        if mismatch is not None:
-            if envs.KV_STRATEGIES == "auto":
-                warn_once(f"{PREFIX} {mismatch}; {self.target.runner} stays stock (KV_STRATEGIES=on patches it anyway)")
-                return False
-            warn_once(f"{PREFIX} {mismatch}; patching it anyway (KV_STRATEGIES={envs.KV_STRATEGIES})")
-        return super().patch(module)
+        return self.patch_published(module, code_mismatch(module, version) if version is not None else None)
 
     def replacements(self) -> dict[str, Any]:
         """The installed release's methods: each complete initialisation (0.11
@@ -154,13 +132,17 @@ class AscendAdapter(RunnerAdapter):
         return {name: by_name.get(name, self.initialize_kv_cache_tensors) for name in self.target.attributes}
 
     # -- planning ----------------------------------------------------------
-    def plan_runner(self, runner: Any, kv_cache_config: Any, kernel_block_sizes: list[int] | None = None) -> AscendPlan:
+    def plan_runner(self, runner: Any, kv_cache_config: Any, kernel_block_sizes: list[int] | None = None,
+                    overlay: bool = False) -> AscendPlan:
         """Plan and lay out every layer of ``runner``'s config before anything is
         allocated; raises (see :func:`~vllm_kv_strategies.layout.ascend.plan_layout`)
         if that is not possible. ``kernel_block_sizes``: per KV cache group,
-        as vllm-ascend 0.30 passes them (else the runner's own)."""
+        as vllm-ascend 0.30 passes them (else the runner's own). A 0.30 config
+        overlaying KV cache groups is built as vLLM's overlay where ``overlay``
+        or the worker's budget step asked for it (:mod:`.ascend_overlay`)."""
         layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
-        reason = facts.stock_only_reason(runner, layer_names) or facts.unbuilt_layout_reason(runner, kv_cache_config)
+        hybrid = facts.is_hybrid(kv_cache_config)  # 0.30: overlaid by stock itself, its budget unscaled
+        reason = facts.stock_only_reason(runner, layer_names) or facts.unbuilt_layout_reason(runner, kv_cache_config, hybrid)
         if reason is not None:
             raise UnsupportedSpecError(f"the strategies do not build the {reason}")
         facts.binds_per_virtual_engine()  # asked of vLLM here, so a binder it cannot read falls back
@@ -171,7 +153,7 @@ class AscendAdapter(RunnerAdapter):
             kv_cache_config = normalize_legacy_specs(kv_cache_config, dims, facts.LEGACY_INDEX_HEAD_DIM)
         if facts.bsh_int8_layout(runner):
             kv_cache_config = restate_bsh(kv_cache_config)
-        strided = facts.strided_form(kv_cache_config)  # 0.30: every layer in buffers of its own, as stock
+        strided = facts.strided_form(kv_cache_config)  # 0.30: buffers of its own per layer, or vLLM's overlay
         runner_only = set(getattr(runner, "runner_only_attn_layers", ()) or ())
         plan = plan_kv_cache(
             facts.private_layer_config(kv_cache_config, runner_only) if strided else kv_cache_config,
@@ -181,12 +163,16 @@ class AscendAdapter(RunnerAdapter):
         )
         if strided:
             kernel = facts.kernel_block_sizes_by_layer(runner, kv_cache_config, kernel_block_sizes)
+            if hybrid or (facts.overlays_groups(kv_cache_config, runner_only) and (overlay or overlay_wanted(runner))):
+                layout, shapes = overlay_plan(runner, kv_cache_config, plan, kernel)
+                return AscendPlan(plan, [layout], hybrid, kernel, shapes)
             interleaved = facts.interleaved_kv_layers(runner, kv_cache_config)
         else:
             kernel, interleaved = self._kernel_block_sizes(runner), frozenset()
         stock_shares = not release_before(Installed.detect().vllm_ascend, "0.13.0")
         layouts, hybrid = plan_layout(
-            plan, facts.mamba_states_interleaved(), kernel, stock_shares, facts.coallocated_groups(), interleaved
+            plan, facts.mamba_states_interleaved(), kernel, stock_shares, facts.coallocated_groups(), interleaved,
+            facts.stock_shares_hybrid_tensors(),
         )
         n = plan.kv_cache_config.num_blocks
         shapes = {  # asked of the backends now, so a shape they do not give falls back before allocating
@@ -273,26 +259,23 @@ class AscendAdapter(RunnerAdapter):
     def _views(self, runner: Any, decided: AscendPlan, raws: dict[str, Any]) -> dict[str, Any]:
         plan = decided.plan
         kernel = decided.kernel_block_sizes
-        interleaved = facts.mamba_states_interleaved()
+        # page by page in vLLM's overlay (0.30) and on 0.11; else state after state
+        interleaved = facts.mamba_states_interleaved() or any(layout.regions for layout in decided.layouts)
         kv_page = {lp.name: layout.kv_page for layout in decided.layouts for lp in layout.layers}
-        convert = facts.format_converter(runner)
-        # stock 0.30 casts no view (the ND cast on 0.13 - 0.23 is issue 22's to settle)
-        on_npu = getattr(runner.device, "type", None) == "npu" and not facts.strided_form(plan.kv_cache_config)
+        convert = facts.format_converter(runner)  # 0.11's cast; stock casts no view on 0.13+
         kv_caches: dict[str, Any] = {}
         for name, lp in plan.layers.items():
+            if lp.strategy.name == "c8_mxfp":  # a packet per kernel block: (k, v, k_scale, v_scale)
+                kv_caches[name] = c8_mxfp_views(raws[name], lp.spec, plan.kv_cache_config.num_blocks, kernel.get(name))
+                continue
             if name in decided.kv_shapes:
                 kv_caches[name] = interleaved_kv_views(raws[name], lp.spec.dtype, decided.kv_shapes[name])
                 continue
             views = layer_views(
                 lp, raws[name], plan.kv_cache_config.num_blocks, kernel.get(name), interleaved, kv_page.get(name)
             )
-            if convert is not None:
-                if lp.family is LayoutFamily.PER_PART:  # as the release's runner: attention views only
-                    views = [convert(v) for v in views]
-            elif on_npu:
-                import torch_npu  # only ever imported on an NPU
-
-                views = [torch_npu.npu_format_cast(v, ACL_FORMAT_ND) for v in views]
+            if convert is not None and lp.family is LayoutFamily.PER_PART:  # as 0.11's runner: attention views only
+                views = [convert(v) for v in views]
             kv_caches[name] = {
                 LayoutFamily.PER_PART: tuple,
                 LayoutFamily.STATES: list,
@@ -300,20 +283,3 @@ class AscendAdapter(RunnerAdapter):
             }[lp.family](views)
         return kv_caches
 
-
-class AscendV2Adapter(RunnerAdapter):
-    """vllm-ascend 0.30's Model Runner V2: stock builds the KV cache; one
-    warning per worker says so (the strategies do not build V2's layouts yet)."""
-
-    target = facts.ASCEND_V2
-
-    def replacements(self) -> dict[str, Any]:
-        return {"NPUModelRunner.initialize_kv_cache": self.initialize_kv_cache}
-
-    def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
-        result = stock(runner, *args, **kwargs)
-        warn_once(
-            f"{PREFIX} {type(runner).__qualname__} (Ascend Model Runner V2) built its KV cache stock: "
-            "the plugin does not build Ascend V2's KV cache yet and did nothing in this worker"
-        )
-        return result

@@ -154,7 +154,7 @@ class HybridSizingAdapter(RunnerAdapter):
         except KVCacheLayoutError as exc:
             warn_once(
                 f"{PREFIX} hybrid page sizing left as vllm-ascend sets it (attention block {old[0]} tokens; "
-                f"attention layers keep K/V buffers of their own): no block size the "
+                f"the workers refuse K/V buffers beyond the config, so auto builds these tensors stock): no block size the "
                 f"{facts.HYBRID_KERNEL_BLOCK_SIZE}-token kernels take puts a K page on the ssm state: {exc}"
             )
             return

@@ -78,6 +78,19 @@ class RunnerAdapter:
             changed |= patching.patch_methods(owner, replacements)
         return changed
 
+    def patch_published(self, module: Any, mismatch: str | None) -> bool:
+        """:meth:`patch`, unless ``mismatch`` says the installed code is not
+        the release's published code (a ``code_mismatch`` of
+        :mod:`~vllm_kv_strategies.compat.ascend_releases`): then ``auto``
+        leaves it stock with one warning and ``on`` / ``observe`` patch it,
+        warning once."""
+        if mismatch is not None:
+            if envs.KV_STRATEGIES == "auto":
+                warn_once(f"{PREFIX} {mismatch}; {self.target.runner} stays stock (KV_STRATEGIES=on patches it anyway)")
+                return False
+            warn_once(f"{PREFIX} {mismatch}; patching it anyway (KV_STRATEGIES={envs.KV_STRATEGIES})")
+        return RunnerAdapter.patch(self, module)
+
     def unpatch(self, module: Any) -> bool:
         """Restore the originals; False when nothing was patched."""
         owners = {owner_and_name(module, a)[0] for a in self.target.attributes}

@@ -18,7 +18,10 @@ from typing import Any
 from .ascend_strided import (  # noqa: F401  (re-exported: vLLM 0.30's strided form on vllm-ascend 0.30)
     interleaved_kv_layers,
     interleaved_kv_shape,
+    is_hybrid,
     kernel_block_sizes_by_layer,
+    overlay_refusal,
+    overlays_groups,
     private_layer_config,
     strided_form,
     unbuilt_layout_reason,
@@ -26,7 +29,9 @@ from .ascend_strided import (  # noqa: F401  (re-exported: vLLM 0.30's strided f
 from .ascend_targets import (  # noqa: F401  (re-exported: the patch declarations)
     _SPLIT_INIT_FROM,
     ASCEND_V2,
+    ASCEND_V2_ALLOCATION,
     HYBRID_SIZING,
+    MULTI_GROUP_BUDGET,
     SPLIT_INIT,
     THREE_INITS,
     _before,
@@ -63,6 +68,11 @@ _BSH_INT8_BEFORE = "0.13.0"
 #: transfer role (A2: consumers only; A5: any role); before, the runner gates
 #: the FA-quant split on ``runner.is_kv_consumer`` (0.18).
 _FA_QUANT_ROLE_IN_PROBE_FROM = "0.23.0"
+#: The first vllm-ascend release whose stock runner views every layer of a
+#: tensor shared by attention and Mamba layers in one raw buffer
+#: (``hybrid_with_attn_and_mamba`` in ``_allocate_kv_cache_tensors``, PR #6887;
+#: 0.11 / 0.13 give the attention layers K/V buffers of their own).
+_HYBRID_SHARED_FROM = "0.18.0"
 #: Model types whose decoder layers hold two attention modules (the binder's
 #: ``num_attn_module``): ``longcat_flash``; ``longcat_flash_ngram`` too in 0.30.
 TWO_ATTENTION_MODULES = frozenset({"longcat_flash", "longcat_flash_ngram"})
@@ -95,6 +105,13 @@ def mamba_states_interleaved(vllm_ascend: str | None = None) -> bool:
     return _before(_SPLIT_INIT_FROM, vllm_ascend)
 
 
+def stock_shares_hybrid_tensors(vllm_ascend: str | None = None) -> bool:
+    """Whether stock views attention and Mamba layers of one ``KVCacheTensor``
+    in one raw buffer (0.18+), so a tensor whose blocks do not line up
+    corrupts under stock rather than costing extra buffers (0.11 / 0.13)."""
+    return not _before(_HYBRID_SHARED_FROM, vllm_ascend)
+
+
 def legacy_sparse_form(vllm_ascend: str | None = None) -> bool:
     """Whether a release gives DeepSeek V3.2 (sparse MLA) layers the legacy
     ``FullAttentionSpec`` of twice the MLA page (before 0.18: 0.11, 0.13)."""
@@ -124,7 +141,15 @@ def format_converter(runner: Any) -> Any:
     """The runner's cast of attention cache views to the SoC's ACL format, or
     None: vllm-ascend 0.11 passes every K/V (nope/rope/indexer) view through
     ``NPUModelRunner._convert_torch_format`` (``torch_npu.npu_format_cast``
-    to ND, or NZ on 310P); later releases define no such method."""
+    to ND, or NZ on 310P); later releases define no such method.
+
+    What stock does to KV cache views on the device, per release (read in
+    each release's ``vllm_ascend/worker/model_runner_v1.py``): 0.11 casts
+    attention views through ``_convert_torch_format``; 0.13, 0.18, 0.23 and
+    0.30 call no ``npu_format_cast`` (nor any other ``torch_npu`` operation)
+    on KV cache tensors, on any device: their views stay in the format they
+    were allocated in. The plugin calls this converter where it exists and
+    casts nothing otherwise (a cast that copies would also break aliasing)."""
     return getattr(runner, "_convert_torch_format", None)
 
 

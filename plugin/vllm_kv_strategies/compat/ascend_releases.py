@@ -16,6 +16,9 @@ release's ``vllm_ascend/worker/model_runner_v1.py`` as published
 (``python tools/ascend_releases.py`` prints :data:`FINGERPRINTS`); at patch
 time the adapter computes the installed module's fingerprint again and leaves
 the runner stock in ``auto`` when it differs (a locally changed install).
+Ascend's own Model Runner V2 (0.30+) is gated the same way, on its module
+functions (:data:`V2_FINGERPRINTED_FUNCTIONS`, :data:`V2_FINGERPRINTS`): only
+the releases listed there get V2 built by the plugin in ``auto``.
 
 Importing this module imports neither torch nor vLLM.
 """
@@ -107,6 +110,32 @@ FINGERPRINTS: dict[str, str] = {
     "0.29.0rc1": "993bfd2cd58a06c3",
     "0.30.0rc1": "ace6c4481994f78f",
     "0.30.0rc2": "ace6c4481994f78f",
+}
+
+#: Ascend Model Runner V2 (``vllm_ascend.worker.v2.attn_utils``): the module
+#: functions the plugin replaces (``_allocate_kv_cache``, ``_reshape_kv_cache_v2``),
+#: their caller and the view helpers whose layouts it reproduces.
+V2_FINGERPRINTED_FUNCTIONS: tuple[str, ...] = (
+    "_allocate_kv_cache",
+    "_reshape_kv_cache_v2",
+    "allocate_kv_cache_main",
+    "_get_layer_kv_cache_specs",
+    "_get_attention_kv_cache_dims",
+    "_reshape_combined_attention_kv_cache",
+    "_reshape_mamba_kv_cache",
+    "_adjust_dsv4_kv_layout",
+    "_allocate_int8_cache_tensor",
+    "_align_memory",
+)
+
+#: The fingerprint of :data:`V2_FINGERPRINTED_FUNCTIONS` in the releases whose
+#: V2 the plugin builds: the release a cell runs, 0.30.0rc2 (cell ascend-0.30.0),
+#: computed from its installed ``attn_utils.py`` with ``method_fingerprint(source,
+#: None, V2_FINGERPRINTED_FUNCTIONS)`` (``python tools/ascend_releases.py`` prints
+#: every 0.30+ release's). Any other release (0.30.0rc1 included) leaves V2
+#: stock in ``auto``.
+V2_FINGERPRINTS: dict[str, str] = {
+    "0.30.0rc2": "9b1ccc589dd6a228",
 }
 
 #: Releases with no cell of their own, and the measured reason.
@@ -219,22 +248,53 @@ def nearest_cell(version: str) -> str:
     return f"{_cell_name(release)} (vllm-ascend {CELL_PINS[release]})"
 
 
-def code_mismatch(module: Any, version: str) -> str | None:
-    """None when the imported runner ``module`` (``vllm_ascend.worker.model_runner_v1``)
-    has the code published as vllm-ascend ``version``; else why not, in one
-    sentence (a locally changed install, or a release never fingerprinted)."""
+def _mismatch(module: Any, version: str, expected: str | None, what: str, class_name: str | None,
+              names: tuple[str, ...]) -> str | None:
     from .fingerprint import module_fingerprint
 
-    expected = FINGERPRINTS.get(version)
     if expected is None:
-        return f"vllm-ascend {version} was never fingerprinted"
+        return f"the {what} of vllm-ascend {version} were never fingerprinted"
     try:
-        found = module_fingerprint(module, "NPUModelRunner", FINGERPRINTED_METHODS)
+        found = module_fingerprint(module, class_name, names)
     except (OSError, TypeError, SyntaxError) as exc:
         return f"the source of {getattr(module, '__name__', module)} cannot be read ({exc})"
     if found != expected:
         return (
-            f"the installed NPUModelRunner KV cache methods (fingerprint {found}) are not those published as "
-            f"vllm-ascend {version} ({expected}): a changed install, which no test ran"
+            f"the installed {what} (fingerprint {found}) are not those published as vllm-ascend {version} ({expected}): "
+            "a changed install, which no test ran"
         )
     return None
+
+
+def code_mismatch(module: Any, version: str) -> str | None:
+    """None when the imported runner ``module`` (``vllm_ascend.worker.model_runner_v1``)
+    has the code published as vllm-ascend ``version``; else why not, in one
+    sentence (a locally changed install, or a release never fingerprinted)."""
+    if version not in FINGERPRINTS:
+        return f"vllm-ascend {version} was never fingerprinted"
+    return _mismatch(module, version, FINGERPRINTS[version], "NPUModelRunner KV cache methods",
+                     "NPUModelRunner", FINGERPRINTED_METHODS)
+
+
+def v2_code_mismatch(module: Any, version: str) -> str | None:
+    """:func:`code_mismatch` for Ascend Model Runner V2's allocation module
+    (``vllm_ascend.worker.v2.attn_utils``) against :data:`V2_FINGERPRINTS`."""
+    return _mismatch(module, version, V2_FINGERPRINTS.get(version),
+                     "Ascend Model Runner V2 KV cache functions", None, V2_FINGERPRINTED_FUNCTIONS)
+
+
+#: ``NPUWorker._scale_kv_cache_memory_for_multi_group`` (``vllm_ascend/worker/worker.py``),
+#: which the plugin wraps from 0.30 (:data:`~vllm_kv_strategies.compat.ascend_targets.MULTI_GROUP_BUDGET`),
+#: per release it was read in.
+BUDGET_FINGERPRINTS: dict[str, str] = {
+    "0.30.0rc1": "1e08571fb28cd52e",
+    "0.30.0rc2": "1e08571fb28cd52e",
+}
+BUDGET_METHODS: tuple[str, ...] = ("_scale_kv_cache_memory_for_multi_group",)
+
+
+def budget_code_mismatch(module: Any, version: str) -> str | None:
+    """:func:`code_mismatch` for the worker module (``vllm_ascend.worker.worker``)'s
+    multi-group KV cache budget step against :data:`BUDGET_FINGERPRINTS`."""
+    return _mismatch(module, version, BUDGET_FINGERPRINTS.get(version), "NPUWorker KV cache budget method",
+                     "NPUWorker", BUDGET_METHODS)

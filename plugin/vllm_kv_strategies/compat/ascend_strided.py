@@ -53,7 +53,14 @@ def _ascend_config(runner: Any) -> Any:
     return getattr(runner, "ascend_config", None)
 
 
-def unbuilt_layout_reason(runner: Any, kv_cache_config: Any) -> str | None:
+def is_hybrid(kv_cache_config: Any) -> bool:
+    """Whether the config has Mamba and attention layers (stock's
+    ``hybrid_with_attn_and_mamba``, detected across all KV cache groups)."""
+    mamba = [_is_mamba(spec) for spec in layer_specs(kv_cache_config).values()]
+    return any(mamba) and not all(mamba)
+
+
+def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = False) -> str | None:
     """What of a vllm-ascend config in vLLM's strided form the strategies do
     not build (stock builds it), named; None when every layer takes one of the
     private per-layer forms of the module docstring, or for the ``shared_by``
@@ -62,9 +69,9 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any) -> str | None:
     Refused: hybrids (Mamba + attention in one shared backing, page-strided
     states), layerwise KV cache reuse (zero-stride tensors), sparse KV offload
     (``store_on_host``), KVPP, xlite graphs, decode context parallelism,
-    sparse (SFA) and compressed caches, page-strided specs
-    (``indexes_kv_by_block_stride``), packed pages (``state_content_bytes``:
-    C8 MXFP) and C8 MXFP attention, SFA indexer caches, padded attention
+    packed SFA C8 / TurboQuant main caches, compressed caches, page-strided specs
+    (``indexes_kv_by_block_stride``), packed pages (``state_content_bytes``)
+    outside C8 MXFP attention, padded attention
     pages, the hidden-state cache, DeepSeek V4 / V4.1, step3p5 / step3p7.
     A spec class no strategy serves is refused by the planner.
     """
@@ -88,30 +95,27 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any) -> str | None:
         found.append("xlite graphs")
     if getattr(runner, "dcp_size", 1) > 1:
         found.append("decode context parallelism")
-    if getattr(runner, "use_sparse", False):
-        found.append("sparse attention (SFA)")
+    if any(getattr(s, "cache_sparse_sfa_c8", False) or getattr(s, "cache_sparse_sfa_turboquant", False) for s in specs.values()):
+        found.append("packed SFA C8 / TurboQuant main caches")
     if getattr(runner, "use_compress", False):
         found.append("compressed KV cache (use_compress)")
     if model_type in ("deepseek_v4", "deepseek_v41", "step3p5", "step3p7"):
         found.append(f"{model_type} KV cache")
-    mamba = [s for s in specs.values() if _is_mamba(s)]
-    if mamba and len(mamba) < len(specs):
+    if is_hybrid(kv_cache_config) and not overlay:
         found.append("a hybrid (Mamba + attention) shared backing")
+    check_mxfp = getattr(runner, "_is_c8_mxfp_kv_cache", None)
     for spec in specs.values():
         name = type(spec).__name__
+        if check_mxfp is not None and check_mxfp(spec):
+            continue  # C8 MXFP packets: the c8_mxfp kind (or the planner refuses the spec by name)
         if getattr(spec, "indexes_kv_by_block_stride", False):
             found.append(f"page-strided {name} (indexes_kv_by_block_stride)")
         elif getattr(spec, "state_content_bytes", None):
-            found.append(f"packed pages of {name} (state_content_bytes: C8 MXFP)")
-        elif name == "AscendSFAIndexerCacheSpec":
-            found.append("SFA indexer caches")
+            found.append(f"packed pages of {name} (state_content_bytes) outside C8 MXFP attention")
         elif name in ("HiddenStateCacheSpec", "AscendSlidingWindowMLASpec", "AscendIndexerKPoolTailSpec"):
             found.append(name)
         elif not _is_mamba(spec) and spec.page_size_bytes != getattr(spec, "real_page_size_bytes", spec.page_size_bytes):
             found.append(f"padded attention pages of {name}")
-    check_mxfp = getattr(runner, "_is_c8_mxfp_kv_cache", None)
-    if check_mxfp is not None and any(check_mxfp(s) for s in specs.values()):
-        found.append("C8 MXFP attention (--kv-cache-dtype mxfp8)")
     if not found:
         return None
     return (
@@ -154,7 +158,72 @@ def private_layer_config(kv_cache_config: Any, skip_layers: Collection[str] = ()
 
 
 def _layer_backends(runner: Any) -> dict[str, Any]:
-    return {name: group.backend for group in runner._kv_cache_spec_attn_group_iterator() for name in group.layer_names}
+    """layer -> its attention backend class: from the runner's attention
+    groups once they exist, else (the worker's budget step, before
+    ``initialize_attn_backend``) from each layer's ``get_attn_backend()``."""
+    backends = {name: group.backend for group in runner._kv_cache_spec_attn_group_iterator() for name in group.layer_names}
+    if backends:
+        return backends
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    return {name: layer.get_attn_backend() for name, layer in get_layers_from_vllm_config(runner.vllm_config, AttentionLayerBase).items()}
+
+
+def overlays_groups(kv_cache_config: Any, skip_layers: Collection[str] = ()) -> bool:
+    """Whether the config overlays KV cache groups in its one backing (vLLM
+    PR #51718): private buffers of ``num_blocks`` pages per layer, what stock
+    0.30 allocates outside its overlay paths, would exceed the backing."""
+    if not strided_form(kv_cache_config) or len(kv_cache_config.kv_cache_groups) < 2:
+        return False
+    pages = [spec.page_size_bytes for name, spec in layer_specs(kv_cache_config).items() if name not in skip_layers]
+    return kv_cache_config.num_blocks * sum(pages) > max(t.size for t in kv_cache_config.kv_cache_tensors)
+
+
+def overlay_refusal(runner: Any, kv_cache_config: Any) -> str | None:
+    """Why the plugin does not build vLLM's overlay of a multi-group config
+    (:func:`overlays_groups`) on vllm-ascend 0.30, or None when it does: one
+    backing, each layer's region at ``offset + l * layer_stride``, every
+    attention layer's K and V interleaved per kernel block
+    (``get_kv_cache_shape``'s 5-D ``(2, ...)`` form), which is the form stock
+    0.30 gives the layers of the overlays it builds itself
+    (``NPUModelRunner._allocate_kv_cache_tensors`` /
+    ``_reshape_kv_cache_tensors``: step3p5 / step3p7's sliding + full
+    attention, ``raw_kv_is_combined``). Needs a layer- and block-compact KV
+    cache layout (stock's own overlay gate) and layers whose kernels take
+    strided K/V: no MLA (nope and rope lie in halves of the region, not block
+    by block), no Mamba, no sparse backend, no layer that needs contiguous
+    paged-attention caches (vllm-ascend's ``requires_contiguous_pa_kv_cache``).
+    In a hybrid (Mamba + attention, which stock 0.30 overlays itself, its
+    worker leaving the budget whole) each Mamba layer's states lie page by
+    page in its region, ``[conv | ssm | pad]``, as stock's
+    ``_adjust_kv_layout`` views them.
+    """
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.v1.kv_cache_interface import AttentionSpec
+    from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
+
+    reason = unbuilt_layout_reason(runner, kv_cache_config, overlay=True)
+    if reason is not None:
+        return f"the strategies do not build the {reason}"
+    hybrid = is_hybrid(kv_cache_config)
+    layout = runner.vllm_config.cache_config.get_resolved_kv_cache_layout()
+    if not (layout.is_layer_compact and layout.is_block_compact):
+        return f"KV cache layout {layout} is not layer- and block-compact (stock's overlay gate)"
+    backends = _layer_backends(runner)
+    layers = get_layers_from_vllm_config(runner.vllm_config, AttentionLayerBase)
+    for name, spec in layer_specs(kv_cache_config).items():
+        what = f"layer {name!r} ({type(spec).__name__})"
+        if hybrid and _is_mamba(spec):  # states page by page, [conv | ssm | pad] (stock's _adjust_kv_layout)
+            continue
+        if not isinstance(spec, AttentionSpec) or "MLA" in type(spec).__name__ or head_size_v(spec) != spec.head_size:
+            return f"{what}: only attention with K and V of one head size is overlaid (K|V interleaved per kernel block)"
+        if name not in backends or backends[name].is_sparse():
+            return f"{what}: no dense attention backend"
+        if requires_contiguous_pa_kv_cache(layers.get(name), runner.vllm_config, spec):
+            return f"{what}: its paged-attention kernels need contiguous K/V caches"
+    return None
 
 
 def interleaved_kv_layers(runner: Any, kv_cache_config: Any) -> frozenset[str]:

@@ -65,25 +65,66 @@ THREE_INITS = PatchTarget(
     remove_when=_REMOVE_WHEN,
 )
 
-#: vllm-ascend 0.30: Ascend's own Model Runner V2 (opt-in), wrapped only to
-#: say that stock built its KV cache: the strategies do not build V2's
-#: layouts (``vllm_ascend.worker.v2.attn_utils``) yet.
-ASCEND_V2 = PatchTarget(
+_V2_REMOVE_WHEN = "vllm-ascend builds its Model Runner V2 KV cache from per-spec strategies itself"
+#: vllm-ascend 0.30: Ascend's own Model Runner V2 (opt-in), its KV cache
+#: allocation: the two module functions ``allocate_kv_cache_main`` looks up at
+#: call time (:mod:`vllm_kv_strategies.compat.ascend_v2`).
+ASCEND_V2_ALLOCATION = PatchTarget(
     name="ascend-v2",
+    runner="NPUModelRunner (Ascend V2)",
+    module="vllm_ascend.worker.v2.attn_utils",
+    attributes=("_allocate_kv_cache", "_reshape_kv_cache_v2"),
+    adapter="vllm_kv_strategies.adapters.ascend_v2:AscendV2AllocationAdapter",
+    why=(
+        "vllm-ascend 0.30's Model Runner V2 chooses each layer's buffers and views by spec class, backend and "
+        "model flags; the replacement builds them from the strategies' parts, checked before anything is "
+        "allocated, in V2's own forms (K|V interleaved per kernel block with the physical page as pitch, "
+        "separate K/V, the hybrid backing), refuses by name what it does not build, and reports what was built"
+    ),
+    mirrors=(
+        "vllm_ascend/worker/v2/attn_utils.py _allocate_kv_cache, _reshape_kv_cache_v2, "
+        "_reshape_combined_attention_kv_cache, _reshape_mamba_kv_cache (0.30.0rc2)"
+    ),
+    remove_when=_V2_REMOVE_WHEN,
+)
+#: vllm-ascend 0.30: Ascend's Model Runner V2 itself, wrapped only to warn when
+#: its KV cache was built without :data:`ASCEND_V2_ALLOCATION` (hisparse).
+ASCEND_V2 = PatchTarget(
+    name="ascend-v2-runner",
     runner="NPUModelRunner (Ascend V2)",
     module="vllm_ascend.worker.v2.model_runner",
     attributes=("NPUModelRunner.initialize_kv_cache",),
-    adapter="vllm_kv_strategies.adapters.ascend:AscendV2Adapter",
+    adapter="vllm_kv_strategies.adapters.ascend_v2:AscendV2Adapter",
     why=(
-        "vllm-ascend 0.30's Model Runner V2 allocates through vllm_ascend.worker.v2.attn_utils, which the "
-        "plugin does not replace: the wrapper logs one warning per worker that stock built the KV cache, so "
-        "that no log line claims the plugin did"
+        "one warning per worker when the V2 runner built its KV cache without vllm_ascend.worker.v2.attn_utils."
+        "_allocate_kv_cache (hisparse), so that no log line claims the plugin built it"
     ),
     mirrors="vllm_ascend/worker/v2/model_runner.py NPUModelRunner.initialize_kv_cache (0.30), called unchanged",
-    remove_when="the plugin builds Ascend V2's KV cache (vllm_ascend.worker.v2.attn_utils._allocate_kv_cache)",
+    remove_when=_V2_REMOVE_WHEN,
 )
 #: The first vllm-ascend release with its own Model Runner V2 the plugin knows of.
 _ASCEND_V2_FROM = "0.30.0"
+
+#: vllm-ascend 0.30: the worker's KV cache budget for multi-group models, left
+#: unscaled where the plugin builds vLLM's overlay of the groups.
+MULTI_GROUP_BUDGET = PatchTarget(
+    name="ascend-multi-group-budget",
+    runner="NPUWorker (multi-group KV cache budget)",
+    module="vllm_ascend.worker.worker",
+    attributes=("NPUWorker._scale_kv_cache_memory_for_multi_group",),
+    adapter="vllm_kv_strategies.adapters.ascend_overlay:MultiGroupBudgetAdapter",
+    why=(
+        "stock vllm-ascend 0.30 gives every layer of a multi-group model (gpt-oss, Gemma 3) a private buffer and "
+        "scales the KV cache budget down by the largest group's page bytes over all layers' (0.5, about 1/6) so "
+        "that they fit; the plugin builds vLLM's overlay of the groups in one backing instead, so the budget "
+        "stays whole where (and only where) the plugin will build that overlay"
+    ),
+    mirrors=(
+        "vllm_ascend/worker/worker.py NPUWorker._scale_kv_cache_memory_for_multi_group (0.30), called first; "
+        "vLLM PR #51718's overlay of KV cache groups (vllm/v1/kv_cache_interface.py KVCacheTensor)"
+    ),
+    remove_when="vllm-ascend builds vLLM's overlay for multi-group models itself",
+)
 
 #: vllm-ascend 0.11 / 0.13: the hybrid attention + Mamba page sizing, in the
 #: front-end process that builds the ``VllmConfig`` (``__post_init__`` ->
@@ -152,7 +193,8 @@ def hybrid_sizing_target(vllm_ascend: str | None = None) -> PatchTarget | None:
 def targets(vllm_ascend: str | None = None) -> tuple[PatchTarget, ...]:
     """Everything the plugin patches on a vllm-ascend release: the runner
     (:func:`target`), on 0.11 / 0.13 the hybrid page sizing, from 0.30
-    Ascend's Model Runner V2 (a warning only)."""
+    Ascend's Model Runner V2 (its allocation and its runner) and the
+    worker's multi-group KV cache budget."""
     sizing = hybrid_sizing_target(vllm_ascend)
-    v2 = () if _before(_ASCEND_V2_FROM, vllm_ascend) else (ASCEND_V2,)
+    v2 = () if _before(_ASCEND_V2_FROM, vllm_ascend) else (ASCEND_V2_ALLOCATION, ASCEND_V2, MULTI_GROUP_BUDGET)
     return (target(vllm_ascend),) + ((sizing,) if sizing is not None else ()) + v2

@@ -46,25 +46,9 @@ def _without_docstring(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.s
     return body
 
 
-def method_fingerprint(source: str, class_name: str, methods: Iterable[str]) -> str:
-    """The fingerprint (16 hex digits) of ``class_name``'s ``methods`` in a
-    module's ``source``: their names, signatures, decorators and bodies
-    without docstrings, in the order given. A method the class does not
-    define counts as :data:`ABSENT`; a class the module does not define makes
-    every method absent.
-
-    Raises:
-        SyntaxError: ``source`` is not Python this interpreter parses.
-    """
-    tree = ast.parse(source)
-    defined: dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            defined = {
-                item.name: item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-            }
+def _digest(defined: dict[str, Any], names: Iterable[str]) -> str:
     digest = hashlib.sha256()
-    for name in methods:
+    for name in names:
         fn = defined.get(name)
         if fn is None:
             shape: Any = ABSENT
@@ -80,7 +64,30 @@ def method_fingerprint(source: str, class_name: str, methods: Iterable[str]) -> 
     return digest.hexdigest()[:16]
 
 
-def module_fingerprint(module: Any, class_name: str, methods: Iterable[str]) -> str:
+def _functions(body: list[ast.stmt]) -> dict[str, Any]:
+    return {item.name: item for item in body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def method_fingerprint(source: str, class_name: str | None, methods: Iterable[str]) -> str:
+    """The fingerprint (16 hex digits) of ``class_name``'s ``methods`` in a
+    module's ``source`` (``class_name`` None: the module's own functions):
+    their names, signatures, decorators and bodies without docstrings, in the
+    order given. A method the class does not define counts as
+    :data:`ABSENT`; a class the module does not define makes every method
+    absent.
+
+    Raises:
+        SyntaxError: ``source`` is not Python this interpreter parses.
+    """
+    tree = ast.parse(source)
+    defined: dict[str, Any] = _functions(tree.body) if class_name is None else {}
+    for node in tree.body:
+        if class_name is not None and isinstance(node, ast.ClassDef) and node.name == class_name:
+            defined = _functions(node.body)
+    return _digest(defined, methods)
+
+
+def module_fingerprint(module: Any, class_name: str | None, methods: Iterable[str]) -> str:
     """:func:`method_fingerprint` of an imported module's source file.
 
     Raises:

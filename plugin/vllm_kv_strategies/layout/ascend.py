@@ -24,8 +24,12 @@ tensor serves:
   is one K page (:mod:`.hybrid_kv`: the placement and the sizing that gives
   it, vllm-ascend 0.11 / 0.13), the states inside the K/V blocks of their own
   index: the largest aliases K block j, the others fill the start of V block
-  j. Otherwise the attention layers get buffers of their own and the Mamba
-  layers still share one.
+  j. Otherwise the tensor is refused by name before anything is allocated
+  (:func:`.budget.refuse_unaligned_hybrid`): buffers of their own for the
+  attention layers would exceed the config.
+
+Every layout is checked to allocate no more than the config's
+``KVCacheTensor`` s hold (:func:`.budget.check_within_config`).
 
 Sizes are integer bytes; every error names the layer, its spec and the sizes.
 """
@@ -37,11 +41,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import KVCacheLayoutError, StockWouldCorruptError
-from ..logger import PREFIX, logger
 from ..plan import KVCachePlan, LayerPlan
 from ..strategies import LayoutFamily
+from .budget import check_within_config, refuse_unaligned_hybrid
 from .coallocation import buffer_slices, coallocated_runs
 from .hybrid_kv import Region, state_regions_in_kv, states_in_kv_page
+from .strided import crosses_blocks
 
 __all__ = ["TensorLayout", "buffer_slices", "coallocated_runs", "layer_views", "part_regions", "plan_layout"]
 
@@ -61,6 +66,7 @@ class TensorLayout:
         kv_interleaved: one attention layer's buffer with K and V interleaved
             per kernel block (vllm-ascend 0.30's plain full attention,
             :func:`~vllm_kv_strategies.layout.interleaved_kv.interleaved_kv_views`).
+        regions: see the field.
     """
 
     tensor_id: int
@@ -72,6 +78,9 @@ class TensorLayout:
     runs: tuple[int, ...] = ()
     kv_page: int | None = None
     kv_interleaved: bool = False
+    #: one backing shared by all ``layers``: each layer's (start, bytes) in
+    #: it (vLLM's overlay of KV cache groups, :mod:`.strided`); empty: none.
+    regions: tuple[tuple[int, int], ...] = ()
 
 
 def part_regions(
@@ -98,22 +107,6 @@ def part_regions(
         regions.append((offset, lp.padded_page_bytes if interleaved else p.nbytes, p.nbytes))
         offset += p.nbytes if interleaved else num_blocks * p.nbytes
     return regions
-
-
-def crosses_blocks(a: Region, b: Region, num_blocks: int) -> bool:
-    """Whether block j of ``a`` shares a byte with block k != j of ``b``: two
-    layers of one tensor may alias bytes only under the same block index.
-    Regions with different strides whose extents meet count as crossing."""
-    (oa, sa, ba), (ob, sb, bb) = a, b
-    last = num_blocks - 1
-    if oa + last * sa + ba <= ob or ob + last * sb + bb <= oa:
-        return False
-    if sa != sb:
-        return True
-    # a_j meets b_k  <=>  ob - oa - ba < (j - k) * s < ob - oa + bb
-    lo = max(-last, (ob - oa - ba) // sa + 1)
-    hi = min(last, -((oa - ob - bb) // sa) - 1)
-    return lo <= hi and (lo, hi) != (0, 0)
 
 
 def shares_block_consistently(
@@ -153,6 +146,7 @@ def plan_layout(
     stock_shares_buffers: bool = True,
     coallocated: frozenset[str] = frozenset(),
     interleaved_kv: frozenset[str] = frozenset(),
+    stock_shares_hybrid: bool = True,
 ) -> tuple[list[TensorLayout], bool]:
     """Decide every tensor's raw buffers before anything is allocated.
 
@@ -169,12 +163,14 @@ def plan_layout(
         interleaved_kv: attention layers that each have a tensor of their own
             and take one buffer with K and V interleaved per kernel block
             (:func:`vllm_kv_strategies.compat.ascend_strided.interleaved_kv_layers`).
+        stock_shares_hybrid: the release's stock runner views every layer of
+            a tensor shared by attention and Mamba layers in one buffer (0.18+:
+            ``hybrid_with_attn_and_mamba``;
+            :func:`vllm_kv_strategies.compat.ascend.stock_shares_hybrid_tensors`).
 
     Returns:
-        the layouts (a tensor whose attention layers cannot share its Mamba
-        buffer has two: Mamba single, attention per part), and whether
-        attention and Mamba layers share one buffer anywhere (vllm-ascend's
-        ``hybrid_with_attn_and_mamba``).
+        the layouts, and whether attention and Mamba layers share one buffer
+        anywhere (vllm-ascend's ``hybrid_with_attn_and_mamba``).
 
     Raises:
         KVCacheLayoutError: a tensor's size is not a whole number of pages of a
@@ -182,6 +178,10 @@ def plan_layout(
             kernel block size does not fit a layer's block size; attention
             layers of one tensor differ in bytes per block of a part (as
             :class:`StockWouldCorruptError` where stock would alias them).
+        StockWouldCorruptError: attention and Mamba layers of one tensor do
+            not line up block by block and stock shares the tensor.
+        BeyondConfigError: the same where stock does not share it, or the
+            layouts would allocate more than the config's tensors hold.
     """
     kernel_block_sizes = kernel_block_sizes or {}
     n = plan.kv_cache_config.num_blocks
@@ -218,13 +218,8 @@ def plan_layout(
     shared = {
         t for t in mixed if shares_block_consistently(by_tensor[t], n, plan.tensors[t].size, interleaved, kv_pages[t])
     }
-    if mixed - shared:
-        logger.info(
-            "%s %d KV cache tensors hold attention and Mamba layers whose pages do not line up block by "
-            "block; their attention layers get K/V buffers of their own (the Mamba layers still share one)",
-            PREFIX,
-            len(mixed - shared),
-        )
+    for tid in sorted(mixed - shared):  # K/V of their own would exceed the config: refused by name
+        refuse_unaligned_hybrid(tid, by_tensor[tid], plan.tensors[tid].size, n, stock_shares_hybrid)
     hybrid = bool(shared)
     layouts = []
     for tid, layers in by_tensor.items():
@@ -249,6 +244,7 @@ def plan_layout(
             blocks = size // attn[0].padded_page_bytes
             parts = attn[0].parts
             layouts.append(TensorLayout(tid, attn, tuple(blocks * p.nbytes for p in parts), False, coallocated_runs(parts, coallocated)))
+    check_within_config(layouts, plan.kv_cache_config)
     return layouts, hybrid
 
 

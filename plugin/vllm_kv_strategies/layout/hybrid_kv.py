@@ -20,9 +20,7 @@ from __future__ import annotations
 from ..errors import KVCacheLayoutError
 from ..plan import LayerPlan
 from ..strategies import LayoutFamily, PagePart
-
-#: (byte offset of block 0, bytes between blocks, bytes per block) of a view.
-Region = tuple[int, int, int]
+from .strided import Region
 
 
 def _kv_misfit(parts: tuple[PagePart, ...], k_page: int) -> str | None:

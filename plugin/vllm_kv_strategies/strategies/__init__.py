@@ -3,6 +3,7 @@ classes no strategy lays out (refused, with the reason)."""
 
 from .base import Field, KVCacheStrategy, LayoutFamily, ModelDims, PagePart
 from .bsh_attention import BSHAttentionStrategy
+from .c8_mxfp import C8MXFPStrategy
 from .ds_mla import DSMLAStrategy
 from .fa_quant_mla import FAQuantMLAStrategy
 from .full_attention import FullAttentionStrategy
@@ -10,6 +11,7 @@ from .hidden_state import HiddenStateStrategy
 from .mamba import MambaStrategy
 from .mla import MLAStrategy
 from .quant_attention import QuantAttentionStrategy
+from .sfa_indexer import SFAIndexerStrategy
 from .sparse_mla import SparseMLAStrategy
 from .sparse_mla_c8 import SparseMLAC8Strategy
 
@@ -19,12 +21,14 @@ from .sparse_mla_c8 import SparseMLAC8Strategy
 BUILTIN_STRATEGIES: tuple[type[KVCacheStrategy], ...] = (
     FullAttentionStrategy,
     QuantAttentionStrategy,
+    C8MXFPStrategy,
     BSHAttentionStrategy,
     MLAStrategy,
     FAQuantMLAStrategy,
     DSMLAStrategy,
     SparseMLAC8Strategy,
     SparseMLAStrategy,
+    SFAIndexerStrategy,
     MambaStrategy,
     HiddenStateStrategy,
 )
@@ -39,10 +43,6 @@ REFUSED_SPEC_CLASSES: dict[str, str] = {
     "HiSparseHotSpec": "HiSparse device pool: laid out by vLLM's hisparse binding, not by KV cache tensors",
     "HiSparseResidentSpec": "HiSparse host-resident pool: laid out by vLLM's hisparse binding",
     "TQFullAttentionSpec": "TurboQuant packed K/V slots: no layout is defined for its packed page",
-    "AscendSFAIndexerCacheSpec": (
-        "vllm-ascend 0.30's SFA indexer layer cache (a layer of its own beside the MLA layer: (k,) or "
-        "(k, scale) co-allocated): no strategy builds it yet"
-    ),
     "AscendIndexerKPoolTailSpec": (
         "GLM-5-next's indexer kpool tail (vllm-ascend 0.30): a per-request circular fp32 tail inside a "
         "page-strided buffer, not paged blocks"
@@ -56,6 +56,7 @@ NOT_LAYER_SPECS: frozenset[str] = frozenset({"KVCacheSpec", "AttentionSpec", "Un
 __all__ = [
     "BSHAttentionStrategy",
     "BUILTIN_STRATEGIES",
+    "C8MXFPStrategy",
     "DSMLAStrategy",
     "FAQuantMLAStrategy",
     "Field",
@@ -71,5 +72,6 @@ __all__ = [
     "PagePart",
     "QuantAttentionStrategy",
     "SparseMLAC8Strategy",
+    "SFAIndexerStrategy",
     "SparseMLAStrategy",
 ]

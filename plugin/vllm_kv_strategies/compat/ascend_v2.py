@@ -1,0 +1,258 @@
+"""vllm-ascend 0.30's own Model Runner V2 (``vllm_ascend/worker/v2/``): how it
+lays out the KV cache, where that differs from its V1 runner, and what the
+strategies do not build there.
+
+V2 is opt-in (``VLLM_USE_V2_MODEL_RUNNER=1``; DeepSeek V4.1 on A5, PCP and a
+few other features require it). Its ``NPUModelRunner.initialize_kv_cache``
+calls vLLM's ``init_kv_cache`` (``vllm/v1/worker/gpu/attn_utils.py``), whose
+``allocate_kv_cache`` vllm-ascend rebinds to ``allocate_kv_cache_main``
+(``patch/worker/patch_v2/patch_attn_utils.py``). That function looks up two
+module globals of ``vllm_ascend.worker.v2.attn_utils`` at call time, the seam
+the plugin replaces:
+
+* ``_allocate_kv_cache(kv_cache_config, shared_layers, device)`` -> layer ->
+  int8 tensor or tuple of int8 tensors (every config layer but the
+  cross-layer KV sharing ones);
+* ``_reshape_kv_cache_v2(attn_groups, raws, cache_dtype, kernel_block_sizes,
+  shared_kv_cache_layers, kv_cache_config)`` -> layer -> its views, the KV
+  sharing layers aliased to their targets last.
+
+V2's rules, read in 0.30.0rc2 (``attn_utils.py``) and checked by running them
+on CPU (tests/ascend/test_ascend_030_v2.py):
+
+* **No hybrid (attention + Mamba) model**: as V1 0.30, vLLM's strided
+  ``KVCacheTensor`` (``offset``, ``layer_stride``, ``block_stride``) is not
+  followed: every layer gets private buffers of ``num_blocks x page`` bytes
+  (``page`` = ``spec.page_size_bytes``, padding included), even where the
+  planner overlays the groups of a multi-group model. Per layer:
+
+  - a ``FullAttentionSpec`` (exact class) in a tensor whose first layer is
+    one, whose backend is not sparse and whose layer does not need contiguous
+    PA caches (``requires_contiguous_pa_kv_cache``): **one buffer, K and V
+    interleaved per kernel block**. The kernel block pitch is the *physical*
+    page (``page_size_padded`` where set) divided by the kernel blocks per
+    block (``_reshape_combined_attention_kv_cache``), so padding lies after V
+    in every kernel block. V1 0.30 instead trims padding at the front
+    (``[pad | K all | V all]``);
+  - every other attention layer (PA kernels, sliding window, chunked local):
+    **separate K and V buffers** (MLA: nope and rope), split by head size
+    (``calc_split_factor``) and viewed contiguous;
+  - a **Mamba-only** model: one buffer of ``tensor.size`` bytes per
+    ``KVCacheTensor``, the *same* buffer for each of its layers, viewed from
+    byte 0 for every layer: all layers of a tensor alias one set of states
+    (V1 0.30 gives each layer its own). The strategies do not build that.
+* **Hybrids** (Mamba + attention): one backing of ``tensor.size`` bytes (all
+  tensors must have that size) shared by all groups; layer ``i`` of a tensor
+  is the region ``[offset + i x layer_stride, + num_blocks x page)``, and V2
+  requires ``layer_stride == num_blocks x page`` and ``block_stride == page``
+  or raises. Attention takes the interleaved K|V form with the physical page
+  as pitch; Mamba states lie ``[conv_j | ssm_j | pad]`` at ``j x page``
+  (``_reshape_mamba_kv_cache``). MLA in a hybrid backing takes another form
+  (``[pad | nope all | rope all]``), not built.
+* KV transfer: every allocation (each private buffer, the hybrid backing) is
+  over-allocated by 2 MiB and its start aligned to 2 MiB.
+* Branches taken before any of this, none built by the strategies: KVPP,
+  DeepSeek V4 / V4.1, GLM-5-next, layerwise KV cache reuse, kpool tails,
+  hidden-state caches, sparse KV offload (``store_on_host``), SFA (indexer
+  caches, packed main caches), FA quant, compressed caches, hisparse (never
+  reaches ``allocate_kv_cache``).
+
+The strategies give every layer's parts (:func:`~vllm_kv_strategies.plan.plan_kv_cache`);
+these functions say which V2 form each layer takes and what is refused.
+Importing this module imports neither torch nor vLLM.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .ascend_strided import layer_specs
+from .specs import head_size_v
+
+#: Spec classes (exact) whose V2 layouts the strategies build.
+BUILT_SPEC_CLASSES = frozenset(
+    {"FullAttentionSpec", "SlidingWindowSpec", "ChunkedLocalAttentionSpec", "MLAAttentionSpec", "AscendMLAAttentionSpec",
+     "MambaSpec"}
+)
+#: Spec fields that select a V2 branch the strategies do not build (truthy, or > 1 for ``tokens_per_state``).
+_UNBUILT_FIELDS = (
+    "store_on_host", "cache_sparse_sfa_c8", "cache_sparse_sfa_turboquant", "indexes_kv_by_block_stride",
+    "state_content_bytes", "sparse_head_dim",
+)
+#: The interleaved K|V form (one buffer per layer) and the separate one.
+COMBINED, SPLIT = "combined", "split"
+
+
+def is_mamba(spec: Any) -> bool:
+    return type(spec).__name__ == "MambaSpec"
+
+
+def is_mla(spec: Any) -> bool:
+    return type(spec).__name__ in ("MLAAttentionSpec", "AscendMLAAttentionSpec")
+
+
+def hybrid(kv_cache_config: Any) -> bool:
+    """Whether V2 lays the config out on one hybrid backing (Mamba and
+    attention layers both present)."""
+    specs = layer_specs(kv_cache_config).values()
+    return any(is_mamba(s) for s in specs) and any(not is_mamba(s) for s in specs)
+
+
+def _model_reasons(vllm_config: Any) -> list[str]:
+    """Branches V2 takes for the whole model, named (vllm-ascend's own probes)."""
+    from vllm_ascend.ascend_config import KVPPConfig
+    from vllm_ascend.distributed.kv_transfer.kv_pool.ascend_store.layerwise_cache_layout import (
+        get_layerwise_reuse_config,
+    )
+    from vllm_ascend.quantization.utils import enable_fa_quant
+    from vllm_ascend.utils import enable_sfa
+
+    found = []
+    if KVPPConfig.from_vllm_config(vllm_config).size > 1:
+        found.append("KVPP")
+    hf = getattr(getattr(vllm_config, "model_config", None), "hf_config", None)
+    if hf is not None and hasattr(hf, "compress_ratios"):
+        found.append("DeepSeek V4 KV cache")
+    if get_layerwise_reuse_config(vllm_config.kv_transfer_config) is not None:
+        found.append("layerwise KV cache reuse")
+    if enable_sfa(vllm_config):
+        found.append("sparse attention (SFA)")
+    if enable_fa_quant(vllm_config):
+        found.append("quantised attention KV cache (FA quant)")
+    if getattr(vllm_config.parallel_config, "decode_context_parallel_size", 1) > 1:
+        found.append("decode context parallelism")
+    return found
+
+
+def _spec_reasons(specs: dict[str, Any]) -> list[str]:
+    found = []
+    for spec in specs.values():
+        name = type(spec).__name__
+        if name not in BUILT_SPEC_CLASSES:
+            found.append(name)
+        elif any(getattr(spec, f, None) for f in _UNBUILT_FIELDS) or (getattr(spec, "tokens_per_state", 1) or 1) > 1:
+            flags = [f for f in (*_UNBUILT_FIELDS, "tokens_per_state") if getattr(spec, f, None) not in (None, False, 0, 1)]
+            found.append(f"{name} with {', '.join(flags)}")
+        elif getattr(spec, "model_version", None) == "glm5_next":
+            found.append("GLM-5-next KV cache")
+    return found
+
+
+def _tensor_reasons(vllm_config: Any, kv_cache_config: Any, specs: dict[str, Any]) -> list[str]:
+    found = []
+    if hybrid(kv_cache_config):
+        if any(is_mla(s) for s in specs.values()):
+            found.append("MLA in a hybrid backing ([pad | nope all | rope all])")
+        return found
+    if all(is_mamba(s) for s in specs.values()):
+        return ["a Mamba-only model (stock V2 gives every layer of a KV cache tensor the same states)"]
+    for tensor in kv_cache_config.kv_cache_tensors:
+        served = [specs[n] for n in tensor.layers if n in specs]
+        classes = {type(s).__name__ for s in served}
+        if len(classes) > 1:
+            found.append(f"a KV cache tensor of several spec classes ({', '.join(sorted(classes))})")
+        elif served and split_form_by_class(served[0]) and len({s.page_size_bytes for s in served}) > 1:
+            found.append(f"a KV cache tensor of {served[0].__class__.__name__} layers of different pages")
+    combined = combined_kv_layers(vllm_config, kv_cache_config)
+    for name, spec in specs.items():
+        if name not in combined and spec.page_size_bytes != spec.real_page_size_bytes:
+            found.append(f"padded pages of separate K/V ({type(spec).__name__})")
+    return found
+
+
+def split_form_by_class(spec: Any) -> bool:
+    """Whether V2 gives the layer separate K and V whatever its backend (any
+    attention spec but an exact ``FullAttentionSpec``)."""
+    return type(spec).__name__ != "FullAttentionSpec"
+
+
+def unbuilt_reason(vllm_config: Any, kv_cache_config: Any, kernel_block_sizes: list[int] | None = None) -> str | None:
+    """What of this config the strategies do not build on V2 (stock builds it),
+    named, or None. ``kernel_block_sizes``: per KV cache group (V2 leaves a
+    group without one out of the cache)."""
+    specs = layer_specs(kv_cache_config)
+    found = _model_reasons(vllm_config) + _spec_reasons(specs)
+    if not found:
+        found = _tensor_reasons(vllm_config, kv_cache_config, specs)
+    if kernel_block_sizes is not None and len(kernel_block_sizes) < len(kv_cache_config.kv_cache_groups):
+        found.append(f"KV cache groups without a kernel block size ({len(kernel_block_sizes)} sizes)")
+    if not found:
+        return None
+    kinds = ", ".join(sorted({type(s).__name__ for s in specs.values()}))
+    return f"Ascend Model Runner V2 layouts of {', '.join(dict.fromkeys(found))} ({kinds}) yet; stock builds them"
+
+
+def combined_kv_layers(vllm_config: Any, kv_cache_config: Any) -> frozenset[str]:
+    """The layers V2 gives one buffer with K and V interleaved per kernel
+    block outside hybrids: an exact ``FullAttentionSpec`` whose backend is
+    not sparse and whose layer needs no contiguous PA cache, as
+    ``_allocate_kv_cache`` selects them (0.30). In a hybrid every non-MLA
+    attention layer takes that form."""
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
+
+    specs = layer_specs(kv_cache_config)
+    if hybrid(kv_cache_config):
+        return frozenset(n for n, s in specs.items() if not is_mamba(s) and not is_mla(s))
+    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)
+    out = set()
+    for name, spec in specs.items():
+        layer = layers.get(name)
+        backend = layer.get_attn_backend() if layer is not None else None
+        if split_form_by_class(spec) or is_mamba(spec):
+            continue
+        if (backend is None or not backend.is_sparse()) and not requires_contiguous_pa_kv_cache(layer, vllm_config, spec):
+            out.add(name)
+    return frozenset(out)
+
+
+def hybrid_regions(kv_cache_config: Any) -> tuple[int, dict[str, tuple[int, int]]]:
+    """(backing bytes, layer -> (start byte, bytes)) of V2's hybrid backing:
+    layer ``i`` of a tensor at ``offset + i x layer_stride``, ``num_blocks x
+    page`` bytes, as ``_allocate_kv_cache`` places it.
+
+    Raises:
+        ValueError: tensors of different sizes, a stride other than
+            ``num_blocks x page`` / ``page``, or a region past the backing
+            (stock V2 raises on each).
+    """
+    specs = layer_specs(kv_cache_config)
+    n = kv_cache_config.num_blocks
+    sizes = {t.size for t in kv_cache_config.kv_cache_tensors}
+    if len(sizes) != 1:
+        raise ValueError(f"hybrid KV cache tensors of different sizes {sorted(sizes)} cannot share one backing")
+    size = sizes.pop()
+    regions = {}
+    for tid, tensor in enumerate(kv_cache_config.kv_cache_tensors):
+        for i, name in enumerate(tensor.layers):
+            page = specs[name].page_size_bytes
+            if tensor.layer_stride != n * page or tensor.block_stride != page:
+                raise ValueError(
+                    f"layer {name!r} ({type(specs[name]).__name__}) of KV cache tensor {tid}: layer_stride "
+                    f"{tensor.layer_stride}, block_stride {tensor.block_stride}; the hybrid backing needs "
+                    f"num_blocks {n} x page {page} = {n * page} and {page}"
+                )
+            start = tensor.offset + i * tensor.layer_stride
+            if start + n * page > size:
+                raise ValueError(f"layer {name!r}: region [{start}, {start + n * page}) exceeds the {size}-byte backing")
+            regions[name] = (start, n * page)
+    return size, regions
+
+
+def combined_kv_shape(backend: Any, spec: Any, num_blocks: int, kernel_block_size: int, cache_dtype: str) -> tuple[int, ...]:
+    """The backend's ``(2, num_blocks x r, kernel_block_size, heads, head)``
+    shape V2 views interleaved K|V in (``get_kv_cache_shape`` with the cache
+    dtype, as ``_reshape_kv_cache_v2``).
+
+    Raises:
+        ValueError: not 5-D with K/V first, or K and V of different head sizes.
+    """
+    rows = num_blocks * (spec.block_size // kernel_block_size)
+    shape = tuple(backend.get_kv_cache_shape(rows, kernel_block_size, spec.num_kv_heads, spec.head_size, cache_dtype))
+    if len(shape) != 5 or shape[0] != 2 or head_size_v(spec) != spec.head_size:
+        raise ValueError(
+            f"{type(spec).__name__}: {backend.__name__}.get_kv_cache_shape gives {shape} for head sizes "
+            f"{spec.head_size}/{head_size_v(spec)}; only 5-D (2, ...) K|V of equal head sizes are built"
+        )
+    return shape
