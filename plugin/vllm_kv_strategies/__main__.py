@@ -199,7 +199,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     """Exit 0: rendered; 1: ``report DIR`` flagged a rank; 2: a path is not a
     readable report (one line on stderr)."""
-    from .report import render, schema
+    from .report import plan_file, render, schema
 
     def one(path: str) -> tuple[str, dict]:
         if not os.path.isdir(path):
@@ -217,6 +217,11 @@ def _report(args: argparse.Namespace) -> int:
         if len(args.paths) == 1:
             print(render.render(schema.load(args.paths[0]), args.paths[0]))
             return 0
+        if len(args.paths) == 2 and plan_file.is_plan(args.paths[0]):  # prediction against a run
+            (path_b, b) = one(args.paths[1])
+            text, equal = plan_file.compare(plan_file.load(args.paths[0]), args.paths[0], b, path_b)
+            print(text)
+            return 0 if equal else 1
         (path_a, a), (path_b, b) = one(args.paths[0]), one(args.paths[1])
         if not args.allow_different_models:
             render.check_same_model(a, b, path_a, path_b)
@@ -258,13 +263,21 @@ def main(argv: list[str] | None = None) -> int:
         description="FILE: render one report. A B: compare two (e.g. KV_STRATEGIES=observe against on), "
         "labelled A and B; a directory holding one rank stands for its newest report. DIR: every rank's newest "
         "report in DIR and the deployment's totals; exit 1 when a rank is missing or stock built it (a fallback, or "
-        "observe on some ranks only). "
+        "observe on some ranks only). PLAN REPORT: a plan file (plan --json) against a run's report, exit 1 when "
+        "they differ. "
         "Exit 2, with one line, when a path is not a readable report. Reads files only (no torch, no vLLM).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="FILE, A B, or DIR")
     p.add_argument("--allow-different-models", action="store_true", help="compare reports of two different models")
     p.set_defaults(fn=_report)
     report_parser = p
+    p = sub.add_parser("plan", add_help=False, help="how much KV cache a deployment gets, before anything starts "
+                       "(plan MODEL_DIR [vLLM engine arguments] [--json OUT]; plan --help for its options)")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["plan"]:  # its arguments are vLLM's engine arguments, parsed by vLLM's own parser
+        from .deploy.cli import run
+
+        return run(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "report" and len(args.paths) > 2:  # the report subcommand's usage, not the top level's
         report_parser.error(f"{len(args.paths)} paths given: report takes one FILE or DIR, or two reports A B to compare")

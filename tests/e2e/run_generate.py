@@ -66,9 +66,10 @@ def _vllm_version() -> str:
     return "unknown"
 
 
-def _setdefault_env() -> None:
+def _setdefault_env(kv_cache_space: bool = True) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if kv_cache_space:  # vLLM's CPU platform would replace --kv-cache-memory-bytes with it
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     cache = os.path.join(tempfile.gettempdir(), "vllm-kv-strategies-e2e-cache")
     # One vLLM cache per release: vLLM keys its model-info cache by class name
     # only (the file hash inside is checked), so releases sharing one directory
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu-memory-utilization", type=float, default=None, help="vLLM's default if unset")
     args = ap.parse_args(argv)
 
-    _setdefault_env()
+    _setdefault_env(kv_cache_space=args.kv_cache_memory_bytes is None)
     fault = os.environ.get("E2E_HARNESS_FAULT", "")
     if fault and not fault.startswith("share_group_cache"):
         raise SystemExit(f"unknown E2E_HARNESS_FAULT={fault!r}")

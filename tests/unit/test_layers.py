@@ -20,7 +20,7 @@ LAYERS = {
     "plan": 4,
     "layout": 5, "report": 5,
     "adapters": 6,
-    "__init__": 7, "distributed": 7,
+    "__init__": 7, "distributed": 7, "deploy": 7,
     "__main__": 8,
 }
 MAX_LINES = 320

@@ -40,7 +40,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
@@ -49,6 +48,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import upstream_harness as harness  # noqa: E402
 from plugin_fixtures import plugin_records  # noqa: E402
+from vllm_kv_strategies.deploy.model import init_distributed as init_distributed_for  # noqa: E402
+from vllm_kv_strategies.deploy.model import inspect_models_in_process  # noqa: E402,F401
 
 #: Blocks the planner is given memory for (per layer page): enough for every group.
 NUM_BLOCKS = 16
@@ -87,44 +88,6 @@ def plugin_mode(mode: str):
             os.environ.pop("KV_STRATEGIES", None)
         else:
             os.environ["KV_STRATEGIES"] = old
-
-
-_DISTRIBUTED: list[bool] = []
-
-
-def init_distributed() -> None:
-    """vLLM's process groups for one CPU rank, for the current config: the
-    world once per process, the model-parallel groups again for each model
-    (the expert-parallel group exists only for a MoE config)."""
-    from vllm.distributed.parallel_state import (
-        destroy_model_parallel,
-        ensure_model_parallel_initialized,
-        init_distributed_environment,
-    )
-
-    if not _DISTRIBUTED:
-        with tempfile.NamedTemporaryFile(prefix="kv_zoo_dist_", delete=False) as f:
-            init_method = f"file://{f.name}"
-        init_distributed_environment(world_size=1, rank=0, distributed_init_method=init_method, local_rank=0, backend="gloo")
-        _DISTRIBUTED.append(True)
-    destroy_model_parallel()
-    ensure_model_parallel_initialized(1, 1)
-
-
-@contextlib.contextmanager
-def inspect_models_in_process():
-    """vLLM's registry inspects a model class it has not cached in a
-    subprocess (``_run_in_subprocess``: "to avoid initializing CUDA"), ~30 s
-    per architecture on 2 cores. On the CPU there is no CUDA to protect: run
-    the same inspection in this process."""
-    from vllm.model_executor.models import registry
-
-    stock = registry._run_in_subprocess
-    registry._run_in_subprocess = lambda fn: fn()
-    try:
-        yield
-    finally:
-        registry._run_in_subprocess = stock
 
 
 def engine_config(model_dir: Path, kv_cache_dtype: str = "auto", speculative: dict | None = None):
@@ -195,8 +158,7 @@ def construct(model_dir: Path, kv_cache_dtype: str = "auto", speculative: dict |
 
     with stage("config"), inspect_models_in_process():
         vllm_config = engine_config(model_dir, kv_cache_dtype, speculative)
-    with set_current_vllm_config(vllm_config):
-        init_distributed()
+    init_distributed_for(vllm_config)
     _set_torch_accelerator_to_noop()  # as vLLM's CPU runner does: the loader empties the accelerator's cache
     with set_current_vllm_config(vllm_config), stage("model"):
         get_model(vllm_config=vllm_config)

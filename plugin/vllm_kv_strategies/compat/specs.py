@@ -129,6 +129,16 @@ def has_strided_tensors() -> bool:
     return "layer_stride" in getattr(kvi.KVCacheTensor, "__dataclass_fields__", {})
 
 
+def required_bytes(tensors: list[Any], strided: bool | None = None) -> int:
+    """Bytes a config's ``KVCacheTensor``s plan: the sum of their sizes, or
+    from vLLM 0.30 (``strided``; default: the installed release's form) the
+    largest, since each ``size`` is the whole backing the tensors share."""
+    sizes = [t.size for t in tensors]
+    if strided is None:
+        strided = has_strided_tensors()
+    return (max(sizes) if strided else sum(sizes)) if sizes else 0
+
+
 def tensor_num_blocks(kv_cache_config: Any, tensor: Any) -> int:
     """Blocks addressable through ``tensor`` (0.30+ strided tensors)."""
     num_blocks_of = getattr(kv_cache_config, "num_blocks_of", None)
@@ -136,6 +146,28 @@ def tensor_num_blocks(kv_cache_config: Any, tensor: Any) -> int:
 
 
 _PLANNER_MODULES = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
+
+
+def planner_function(name: str) -> Any:
+    """vLLM's planning function ``name`` (``get_kv_cache_configs``,
+    ``generate_scheduler_kv_cache_config``, ``get_kv_cache_capacity``) from the
+    first of :data:`_PLANNER_MODULES` that defines it (0.33 moved the planner).
+
+    Raises:
+        ImportError: none defines it (the message names the function and the modules).
+    """
+    import importlib
+
+    for module in _PLANNER_MODULES:
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        if found is not None:
+            return found
+    raise ImportError(f"vLLM defines no {name} in " + " or ".join(_PLANNER_MODULES))
 
 
 def kv_cache_planner() -> tuple[Any, Any]:

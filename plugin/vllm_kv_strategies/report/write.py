@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .. import compat
-from ..compat.specs import has_strided_tensors, tensor_layers
+from ..compat.specs import required_bytes, tensor_layers
 from ..compat.parallel import ParallelRanks, parallel_ranks
 from .._version import __version__
 from ..logger import PREFIX, logger
@@ -178,11 +178,8 @@ def build_report(
     # required: what vLLM's config plans (on vllm-ascend 0.30 the plan lays the strided tensors out
     # per layer, as stock does; the config's own tensors say what was planned)
     per_kind = dict(Counter(spec_kind(spec) for spec in built.values()))
-    sizes = [t.size for t in config.kv_cache_tensors]
-    if strided is None:
-        strided = has_strided_tensors()
     allocated = sum(b["bytes"] for b in storages.values())
-    required = (max(sizes) if strided else sum(sizes)) if sizes else 0
+    required = required_bytes(list(config.kv_cache_tensors), strided)
     # Outside the views' extent: the transfer alignment's slack (allocate + 2 MiB, view from an
     # aligned address: prefix + tail = 2 MiB), else bytes no view uses (a region's prefix or tail).
     aligned = unused = 0

@@ -1,0 +1,127 @@
+"""The KV cache budget per worker: exact from ``--kv-cache-memory-bytes``,
+otherwise an estimate, every term shown:
+
+    device memory x --gpu-memory-utilization - weights per rank - overhead
+
+* device memory: ``--device-memory-gib`` or a card of :data:`DEVICES` (the
+  total the runtime reports, which is what vLLM multiplies by the
+  utilisation: ``torch.cuda.mem_get_info`` / ``torch.npu.mem_get_info``);
+* weights per rank: the checkpoint index's ``metadata.total_size``
+  (``model.safetensors.index.json``) over tensor x pipeline ranks when the
+  directory has one, else the bytes of the parameters of the model built on
+  the meta device for this rank (numel x element size of each, as vLLM would
+  create them, quantised dtypes included);
+* overhead: activations at ``--max-num-batched-tokens``, CUDA / ACL graphs,
+  the runtime's own memory. vLLM measures these by profiling a forward pass;
+  plan does not run one and subtracts a stated constant (``--overhead-gib``,
+  default :data:`DEFAULT_OVERHEAD_GIB`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+GIB = 2**30
+DEFAULT_OVERHEAD_GIB = 2.0
+
+#: Cards: name -> (total memory in GiB as the runtime reports it, source).
+DEVICES: dict[str, tuple[float, str]] = {
+    # torch_npu: "60.96 GiB total capacity" (vllm-project/vllm-ascend#6611, #5020, #2378)
+    "910b-64g": (60.96, "Ascend 910B 64 GB (Atlas 800I/800T A2)"),
+    # torch_npu: "61.27 GiB total capacity" on an Atlas A3 die (sgl-project/sglang#29838)
+    "a3": (61.27, "Ascend 910C / Atlas A3, one die of 64 GB"),
+    # torch: "GPU 0 has a total capacity of 79.11 GiB" (vllm-project/vllm#27508)
+    "h100-80g": (79.11, "NVIDIA H100 80GB"),
+    # torch: "GPU 0 has a total capacity of 93.00 GiB" (ali-vilab/VACE#56)
+    "h100-nvl": (93.00, "NVIDIA H100 NVL 94GB"),
+    # nvidia-smi 81920 MiB (modal-labs/modal-client#2797); torch reports a little less
+    "a100-80g": (80.0, "NVIDIA A100 80GB (nvidia-smi total)"),
+    # nvidia-smi 40960 MiB (modal-labs/modal-client#2797)
+    "a100-40g": (40.0, "NVIDIA A100 40GB (nvidia-smi total)"),
+    # nvidia-smi 46068 MiB (modal-labs/modal-client#2797)
+    "l40s": (46068 / 1024, "NVIDIA L40S (nvidia-smi total)"),
+    # torch: "23.68 GiB total capacity" (zai-org/CogVideo#36)
+    "rtx4090": (23.68, "NVIDIA GeForce RTX 4090"),
+}
+
+
+@dataclasses.dataclass
+class Budget:
+    """KV cache bytes per worker and how they were found.
+
+    Attributes:
+        bytes: the budget per worker (negative when the terms leave nothing:
+            vLLM's planner then refuses in its own words).
+        exact: True for ``--kv-cache-memory-bytes``.
+        terms: (name, bytes, where the number comes from), in the order applied.
+    """
+
+    bytes: int
+    exact: bool
+    terms: list[tuple[str, int, str]]
+
+    def lines(self) -> list[str]:
+        if self.exact:
+            return [f"budget: {self.bytes:,} bytes per worker ({self.bytes / GIB:.3f} GiB, {self.terms[0][2]}: exact)"]
+        out = [f"budget: ESTIMATE {self.bytes:,} bytes per worker ({self.bytes / GIB:.3f} GiB) ="]
+        for i, (name, value, source) in enumerate(self.terms):
+            sign = "  " if i == 0 else ("x " if name == "utilisation" else "- ")
+            shown = f"{value / 1000:.3f}" if name == "utilisation" else f"{value:,} bytes ({value / GIB:.2f} GiB)"
+            out.append(f"  {sign}{name:13} {shown:32} {source}")
+        out.append("  (pass --kv-cache-memory-bytes for the exact plan of a known budget)")
+        return out
+
+    def as_json(self) -> dict:
+        return {"bytes_per_worker": self.bytes, "exact": self.exact,
+                "terms": [{"name": n, "value": v, "source": s} for n, v, s in self.terms]}
+
+
+def exact(kv_cache_memory_bytes: int, source: str = "--kv-cache-memory-bytes") -> Budget:
+    return Budget(kv_cache_memory_bytes, True, [("kv_cache_memory_bytes", kv_cache_memory_bytes, source)])
+
+
+def device_memory(device: str | None, gib: float | None) -> tuple[int, str]:
+    """(bytes, source) of ``--device-memory-gib`` or ``--device NAME``.
+
+    Raises:
+        KeyError: an unknown card name (the message lists the known ones).
+    """
+    if gib is not None:
+        return int(gib * GIB), f"--device-memory-gib {gib:g}"
+    if device not in DEVICES:
+        raise KeyError(f"unknown --device {device!r}; known: {', '.join(sorted(DEVICES))}")
+    value, what = DEVICES[device]
+    return int(value * GIB), f"--device {device}: {what}, {value:.2f} GiB"
+
+
+def checkpoint_bytes(model_dir: str) -> int | None:
+    """``metadata.total_size`` of ``model.safetensors.index.json``, or None."""
+    index = Path(model_dir) / "model.safetensors.index.json"
+    try:
+        return int(json.loads(index.read_text())["metadata"]["total_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def estimate(memory: tuple[int, str], utilisation: float, weights: tuple[int, str], overhead_gib: float) -> Budget:
+    """memory x utilisation - weights - overhead (see the module doc)."""
+    total, source = memory
+    weight_bytes, weight_source = weights
+    overhead = int(overhead_gib * GIB)
+    budget = int(total * utilisation) - weight_bytes - overhead
+    return Budget(budget, False, [
+        ("device memory", total, source),
+        ("utilisation", round(utilisation * 1000), f"--gpu-memory-utilization {utilisation:g}"),
+        ("weights", weight_bytes, weight_source),
+        ("overhead", overhead, f"activations, graphs, runtime: not computed, assumed {overhead_gib:g} GiB (--overhead-gib)"),
+    ])
+
+
+def weights_per_rank(model_dir: str, ranks: int, meta_bytes: int) -> tuple[int, str]:
+    """(bytes, source): the checkpoint index's total over the ranks, else the meta-built rank's parameters."""
+    total = checkpoint_bytes(model_dir)
+    if total is not None:
+        return total // ranks, f"model.safetensors.index.json total_size {total:,} / {ranks} ranks"
+    return meta_bytes, "parameters of the meta-built model on this rank (numel x dtype size)"

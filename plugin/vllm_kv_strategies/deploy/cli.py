@@ -1,0 +1,195 @@
+"""``python -m vllm_kv_strategies plan MODEL_DIR [vLLM engine arguments] [--json OUT]``.
+
+The engine arguments are parsed by the installed vLLM's own parser
+(``FlexibleArgumentParser`` + ``EngineArgs.add_cli_args``), the engine config
+made by ``EngineArgs.from_cli_args(...).create_engine_config()``, the model
+built on the meta device and planned by vLLM's planner (:mod:`.predict`).
+Bad input (no directory, no ``config.json``, remote code, an architecture
+this vLLM does not know, an argument vLLM rejects) is one line on stderr and
+exit 2; a budget vLLM refuses is printed with vLLM's own words and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+DESCRIPTION = (
+    "How much KV cache a deployment gets, before anything starts: the model in MODEL_DIR (config.json "
+    "alone suffices: no weights, no tokenizer, no network) is built on the meta device and planned by the "
+    "installed vLLM's own planner for the engine arguments given (every `vllm serve` engine argument: "
+    "--tensor-parallel-size, --pipeline-parallel-size, --max-model-len, --block-size, --kv-cache-dtype, ...). "
+    "Prints per rank the KV cache groups (kind, layers, block size, page bytes), num_blocks, the tokens and "
+    "the maximum concurrency vLLM would log, or vLLM's own refusal. The budget is exact with "
+    "--kv-cache-memory-bytes; with --device NAME or --device-memory-gib GIB instead it is an estimate "
+    "(memory x --gpu-memory-utilization - weights - overhead, each term shown). "
+    "Exit 0: planned; 1: vLLM refuses the budget; 2: bad input."
+)
+EPILOG = (
+    "vLLM's engine arguments: --help=ParallelConfig, --help=CacheConfig, --help=ModelConfig, ... (a group), "
+    "--help=<word> (the options matching it), --help=all (all of them); --help=plan: this command's own."
+)
+
+
+class BadInput(Exception):
+    """A problem with the command's input: one line, exit 2."""
+
+
+def _progress(message: str) -> None:
+    print(f"plan: {message} ...", file=sys.stderr, flush=True)
+
+
+def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    from .budget import DEFAULT_OVERHEAD_GIB, DEVICES
+
+    group = parser.add_argument_group("plan", "this command's own options (the others are vLLM's engine arguments)")
+    group.add_argument("model_dir", metavar="MODEL_DIR", help="a local model directory with a config.json")
+    group.add_argument("--json", dest="json_out", metavar="OUT", help="also write the plan as JSON to OUT")
+    group.add_argument("--device", choices=sorted(DEVICES), help="estimate the budget for this card's memory "
+                       "(" + "; ".join(f"{k}: {v[1]}, {v[0]:.2f} GiB" for k, v in sorted(DEVICES.items())) + ")")
+    group.add_argument("--device-memory-gib", type=float, metavar="GIB", help="estimate the budget for a device of GIB GiB")
+    group.add_argument("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, metavar="GIB",
+                       help="what the estimate subtracts for activations, graphs and the runtime (not computed)")
+    return parser
+
+
+def check_model_dir(path: str) -> dict:
+    """The directory's ``config.json``; :class:`BadInput` when there is none
+    or it asks for remote code (``auto_map``: plan runs no code from a model directory)."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise BadInput(f"{path}: no such directory (plan takes a local model directory holding config.json)")
+    config_file = directory / "config.json"
+    if not config_file.is_file():
+        raise BadInput(f"{path}: has no config.json")
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{config_file}: not readable as JSON ({exc})") from None
+    if config.get("auto_map"):
+        raise BadInput(f"{config_file}: the model needs remote code (auto_map {sorted(config['auto_map'])}); "
+                       "plan runs no code from a model directory")
+    return config
+
+
+def check_platform() -> None:
+    """:class:`BadInput` where vllm-ascend is installed: its ``NPUModelRunner``
+    collects specs of its own (Ascend spec classes, 0.30's replaced planner), which
+    plan does not reproduce yet; an upstream vLLM plan there would be wrong."""
+    from ..compat import Installed
+
+    installed = Installed.detect()
+    if installed.platform == "ascend":
+        raise BadInput(f"plan does not plan for vllm-ascend yet (vllm-ascend {installed.vllm_ascend} is installed): "
+                       "its NPUModelRunner's specs and planner differ from upstream vLLM's; run plan where upstream vLLM is installed")
+
+
+def check_architecture(config: dict) -> None:
+    """:class:`BadInput` when none of the config's ``architectures`` is in vLLM's model registry."""
+    from vllm.model_executor.models import ModelRegistry
+
+    archs = config.get("architectures") or []
+    known = set(ModelRegistry.get_supported_archs())
+    if archs and not any(a in known for a in archs):
+        raise BadInput(f"architecture {', '.join(archs)} is not one this vLLM knows ({len(known)} architectures registered)")
+
+
+def engine_parser():
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(
+        prog="python -m vllm_kv_strategies plan", description=DESCRIPTION, epilog=EPILOG,
+        usage="%(prog)s MODEL_DIR [vLLM engine arguments] [--kv-cache-memory-bytes N | --device NAME | "
+        "--device-memory-gib GIB] [--json OUT]",
+    )
+    own_arguments(parser)
+    EngineArgs.add_cli_args(parser)
+
+    def error(message: str):
+        raise BadInput(f"invalid argument: {message}")
+
+    parser.error = error
+    return parser
+
+
+def run(argv: list[str]) -> int:
+    """The command; returns its exit status."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's INFO and WARNING lines (on stdout) would bury the answer
+    try:
+        return _run(argv)
+    except BadInput as exc:
+        print(f"plan: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str]) -> int:
+    start = time.monotonic()
+    if not any(a == "-h" or a.startswith("--help") for a in argv):
+        known, _ = own_arguments(argparse.ArgumentParser(add_help=False)).parse_known_args(argv)
+        config = check_model_dir(known.model_dir)
+    check_platform()
+    _progress("importing vLLM (10-30 s on a CPU)")
+    try:
+        parser = engine_parser()
+    except Exception as exc:  # vLLM or its platform plugin cannot load here
+        raise BadInput(f"cannot import vLLM's engine arguments here: {type(exc).__name__}: {_one_line(exc)}") from None
+    args = parser.parse_args(argv)
+    check_architecture(config)
+    from vllm.engine.arg_utils import EngineArgs
+
+    from . import predict, render
+
+    args.model, args.skip_tokenizer_init = args.model_dir, True
+    budget_for = budget_source(args)
+    try:
+        vllm_config = predict.engine_config(EngineArgs.from_cli_args(args))
+    except Exception as exc:  # vLLM's own validation of the arguments and the config
+        raise BadInput(f"vLLM rejects the configuration: {type(exc).__name__}: {_one_line(exc)}") from None
+    if vllm_config.cache_config.kv_cache_memory_bytes is None and args.device is None and args.device_memory_gib is None:
+        raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
+                       "or --device NAME / --device-memory-gib GIB (an estimate)")
+    try:
+        prediction = predict.predict(vllm_config, budget_for, progress=_progress)
+    except BadInput:
+        raise
+    except Exception as exc:  # vLLM fails to build the model without weights (e.g. on data it computes at build)
+        raise BadInput(f"cannot plan: vLLM could not build {args.model_dir} on the meta device for these arguments "
+                       f"({type(exc).__name__}: {_one_line(exc)})") from None
+    prediction.seconds = time.monotonic() - start
+    print(render.table(prediction, args.model_dir))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
+    return 1 if prediction.refusal else 0
+
+
+def budget_source(args):
+    """The budget as a function of (the engine config, the largest rank's
+    parameter bytes) (:mod:`.budget`): exact where the config has
+    ``kv_cache_memory_bytes`` (``--kv-cache-memory-bytes``, or the platform's:
+    vLLM's CPU platform sets it from ``VLLM_CPU_KVCACHE_SPACE``), else an
+    estimate for ``--device`` / ``--device-memory-gib``."""
+    from . import budget
+
+    def source(vllm_config, meta_bytes: int):
+        cache = vllm_config.cache_config
+        if cache.kv_cache_memory_bytes is not None:
+            given = args.kv_cache_memory_bytes == cache.kv_cache_memory_bytes
+            return budget.exact(cache.kv_cache_memory_bytes, "--kv-cache-memory-bytes" if given else
+                                "kv_cache_memory_bytes set by vLLM's platform (VLLM_CPU_KVCACHE_SPACE on the CPU)")
+        p = vllm_config.parallel_config
+        weights = budget.weights_per_rank(args.model_dir, p.tensor_parallel_size * p.pipeline_parallel_size, meta_bytes)
+        memory = budget.device_memory(args.device, args.device_memory_gib)
+        return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib)
+
+    return source
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and "errors.pydantic.dev" not in line]
+    return " ".join(lines)[:400]

@@ -1,0 +1,156 @@
+"""A deployment's engine config and its KV cache specs per rank, from a model
+directory holding only ``config.json``: the model is built by vLLM's own
+loader entry (``initialize_model``) on torch's meta device (no weights, no
+memory), once per pipeline stage, and its specs collected as the runner
+collects them (``GPUModelRunner.get_kv_cache_spec``).
+
+Tensor, pipeline and context parallel sizes are vLLM's process groups for one
+process with their size and rank set to the rank planned: layers read only
+``world_size`` / ``rank_in_group`` / ``is_first_rank`` / ``is_last_rank``
+while being built, and nothing is communicated on the meta device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from typing import Any
+
+_DISTRIBUTED: list[bool] = []
+
+
+@contextlib.contextmanager
+def inspect_models_in_process():
+    """vLLM's model registry inspects an architecture it has not cached in a
+    subprocess (``registry._run_in_subprocess``: "to avoid initializing
+    CUDA"), ~30 s per architecture on 2 CPU cores. Nothing here initialises a
+    device: run the same inspection in this process."""
+    from vllm.model_executor.models import registry
+
+    stock = registry._run_in_subprocess
+    registry._run_in_subprocess = lambda fn: fn()
+    try:
+        yield
+    finally:
+        registry._run_in_subprocess = stock
+
+
+def init_distributed(vllm_config) -> None:
+    """vLLM's process groups for one CPU process (gloo): the world once per
+    process, the model-parallel groups (all of size 1) again for each config.
+    Data parallel engines plan alike, each alone: the groups are made as for
+    one engine (vLLM would otherwise wait for the other engines' ranks)."""
+    parallel = vllm_config.parallel_config
+    data_parallel, parallel.data_parallel_size = parallel.data_parallel_size, 1  # one engine: no DP rendezvous
+    try:
+        _init_groups(vllm_config)
+    finally:
+        parallel.data_parallel_size = data_parallel
+
+
+def _init_groups(vllm_config) -> None:
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed.parallel_state import (
+        destroy_model_parallel,
+        ensure_model_parallel_initialized,
+        init_distributed_environment,
+    )
+
+    with set_current_vllm_config(vllm_config):
+        if not _DISTRIBUTED:
+            with tempfile.NamedTemporaryFile(prefix="kv_plan_dist_", delete=False) as f:
+                init_method = f"file://{f.name}"
+            init_distributed_environment(world_size=1, rank=0, distributed_init_method=init_method, local_rank=0, backend="gloo")
+            _DISTRIBUTED.append(True)
+        destroy_model_parallel()
+        ensure_model_parallel_initialized(1, 1)
+
+
+@contextlib.contextmanager
+def as_rank(sizes: dict[str, int], ranks: dict[str, int]):
+    """vLLM's groups named in ``sizes`` (``"_TP"``, ``"_PP"``, ``"_DCP"``,
+    ``"_PCP"``) seen as that size with this process at ``ranks[name]``."""
+    from vllm.distributed import parallel_state
+
+    saved = []
+    try:
+        for name, size in sizes.items():
+            group = getattr(parallel_state, name, None)
+            if group is None or size == 1:
+                continue
+            saved.append((group, group.rank, group.ranks, group.world_size, group.rank_in_group))
+            group.ranks, group.world_size = list(range(size)), size
+            group.rank = group.rank_in_group = ranks.get(name, 0)
+        yield
+    finally:
+        for group, rank, group_ranks, size, in_group in saved:
+            group.rank, group.ranks, group.world_size, group.rank_in_group = rank, group_ranks, size, in_group
+
+
+def parallel_sizes(vllm_config) -> dict[str, int]:
+    p = vllm_config.parallel_config
+    return {
+        "_TP": p.tensor_parallel_size,
+        "_PP": p.pipeline_parallel_size,
+        "_DCP": getattr(p, "decode_context_parallel_size", 1) or 1,
+        "_PCP": getattr(p, "prefill_context_parallel_size", 1) or 1,
+    }
+
+
+def collect_specs(vllm_config) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(specs, shared)`` of the model in ``vllm_config``'s static forward
+    context, by V1's own ``GPUModelRunner.get_kv_cache_spec`` on a runner
+    holding only what it reads."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    runner = GPUModelRunner.__new__(GPUModelRunner)
+    runner.vllm_config, runner.shared_kv_cache_layers = vllm_config, {}
+    with set_current_vllm_config(vllm_config):
+        specs = GPUModelRunner.get_kv_cache_spec(runner)
+    return specs, dict(runner.shared_kv_cache_layers)
+
+
+def update_block_size(vllm_config) -> None:
+    """What each worker does once its model is loaded (``WorkerProc.__init__``,
+    ``UniProcExecutor``, 0.30+): the platform's ``update_block_size_for_backend``
+    picks the block size the model's attention backends take and, for a
+    hybrid, aligns the attention and Mamba pages (the block size can grow to
+    hundreds of tokens). Releases without it size blocks in ``create_engine_config``."""
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms import current_platform
+
+    update = getattr(current_platform, "update_block_size_for_backend", None)
+    if update is not None:
+        with set_current_vllm_config(vllm_config):
+            update(vllm_config)
+
+
+def build_stage(vllm_config, pp_rank: int) -> tuple[dict[str, Any], dict[str, str], int, int, dict[str, Any]]:
+    """The specs of pipeline stage ``pp_rank`` (TP rank 0: every TP rank of a
+    stage has the same specs, which vLLM's planner asserts), the KV-sharing
+    layers, and the rank's parameter count (elements) and bytes (numel x
+    element size, in the dtypes vLLM creates them), the model built by
+    ``initialize_model`` on the meta device, and its static forward context
+    (layer name -> module)."""
+    import torch
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    forward_context = vllm_config.compilation_config.static_forward_context
+    forward_context.clear()
+    model_config = vllm_config.model_config
+    with as_rank(parallel_sizes(vllm_config), {"_PP": pp_rank}):
+        with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
+            model = initialize_model(vllm_config=vllm_config, model_config=model_config)
+            speculative = vllm_config.speculative_config
+            draft = getattr(speculative, "draft_model_config", None)
+            if draft is not None and draft is not model_config:
+                model = [model, initialize_model(vllm_config=vllm_config, model_config=draft)]
+        update_block_size(vllm_config)
+        specs, shared = collect_specs(vllm_config)
+    models = model if isinstance(model, list) else [model]
+    params = [p for m in models for p in m.parameters()]
+    layers = dict(forward_context)
+    forward_context.clear()
+    return specs, shared, sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params), layers

@@ -1,0 +1,176 @@
+"""What vLLM's engine core would plan for a deployment, computed offline by
+the installed release's own code.
+
+:func:`predict` follows ``EngineCore._initialize_kv_caches``
+(``vllm/v1/engine/core.py``): the specs of every worker (rank ``pp * TP + tp``,
+from :mod:`.model`), the KV cache layout resolved as the engine resolves it,
+the KV cache budget per worker (``--kv-cache-memory-bytes`` as the worker's
+``determine_available_memory`` returns it), vLLM's ``get_kv_cache_configs``
+(its memory check raises vLLM's own ``ValueError``, kept word for word as the
+refusal), the scheduler's config and the capacity vLLM logs as "KV cache
+size: N tokens, Maximum concurrency for L tokens per request: Cx".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..compat.specs import planner_function
+from . import model as deploy_model
+from .budget import Budget
+
+
+@dataclasses.dataclass
+class Prediction:
+    """One deployment's plan.
+
+    Attributes:
+        vllm_config: the engine config ``create_engine_config`` made.
+        budget: KV cache bytes per worker given to the planner, and how they were found.
+        workers: per worker (rank ``pp * TP + tp``), its ``KVCacheConfig``;
+            empty when vLLM refuses.
+        specs: per worker, the layer specs collected from the model.
+        stages: per pipeline stage, ``shared`` (the layers sharing another's
+            KV cache) and ``layers`` (the stage's static forward context).
+        sides: per worker, stock's bytes and the plugin's (:mod:`.plugin_side`).
+        params: per pipeline stage, parameter count (elements) on one TP rank.
+        param_bytes: per pipeline stage, their bytes.
+        refusal: vLLM's own error message when its planner refuses, else None.
+        tokens, max_concurrency: what vLLM logs ("KV cache size" /
+            "Maximum concurrency"); None when refused.
+        seconds: wall time of config, model build and planning.
+    """
+
+    vllm_config: Any
+    budget: Budget
+    workers: list[Any]
+    specs: list[dict[str, Any]]
+    stages: list[dict[str, dict]]
+    params: list[int]
+    param_bytes: list[int]
+    refusal: str | None = None
+    sides: list[Any] = dataclasses.field(default_factory=list)
+    tokens: int | None = None
+    max_concurrency: float | None = None
+    seconds: float = 0.0
+
+    @property
+    def num_blocks(self) -> int | None:
+        return self.workers[0].num_blocks if self.workers else None
+
+
+def engine_config(engine_args):
+    """``engine_args.create_engine_config()`` with vLLM's model inspection in this process."""
+    with deploy_model.inspect_models_in_process():
+        return engine_args.create_engine_config()
+
+
+def worker_specs(vllm_config, progress=None) -> tuple[list[dict], list[dict], list[int], list[int]]:
+    """``(specs per worker, per stage its shared layers and forward context, params per stage, their bytes)``:
+    the model built once per pipeline stage; every TP rank of a stage gets its specs."""
+    parallel = vllm_config.parallel_config
+    deploy_model.init_distributed(vllm_config)
+    per_worker, stages, params, param_bytes = [], [], [], []
+    for pp_rank in range(parallel.pipeline_parallel_size):
+        if progress is not None:
+            progress(f"building the model on the meta device (pipeline stage {pp_rank} of {parallel.pipeline_parallel_size})")
+        specs, stage_shared, stage_params, stage_bytes, layers = deploy_model.build_stage(vllm_config, pp_rank)
+        per_worker += [specs] * parallel.tensor_parallel_size
+        stages.append({"shared": stage_shared, "layers": layers})
+        params.append(stage_params)
+        param_bytes.append(stage_bytes)
+    return per_worker, stages, params, param_bytes
+
+
+def resolve_layout(vllm_config, per_worker: list[dict]) -> None:
+    """The KV cache layout as ``EngineCore._initialize_kv_caches`` resolves it
+    and its workers' ``set_kv_cache_layout`` record it."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    from vllm.v1.worker.worker_base import WorkerBase
+
+    from types import SimpleNamespace
+
+    worker = SimpleNamespace(vllm_config=vllm_config)
+    with set_current_vllm_config(vllm_config):
+        supported = [WorkerBase.get_supported_kv_cache_layouts(worker)] * len(per_worker)
+        layout = resolve_kv_cache_layout(vllm_config, supported, [s for specs in per_worker for s in specs.values()])
+        WorkerBase.set_kv_cache_layout(worker, layout.name)
+
+
+def worker_budget(vllm_config, kv_cache_memory_bytes: int) -> int:
+    """What the worker's ``determine_available_memory`` returns for an
+    explicit ``--kv-cache-memory-bytes``: the bytes, less the multimodal
+    IPC reservation where the release has one (``reserve_mm_ipc_gpu_memory``)."""
+    try:
+        from vllm.multimodal.gpu_ipc_memory import reserve_mm_ipc_gpu_memory
+    except ImportError:
+        return kv_cache_memory_bytes
+    return reserve_mm_ipc_gpu_memory(
+        kv_cache_memory_bytes,
+        vllm_config.model_config.multimodal_config,
+        getattr(vllm_config.parallel_config, "_api_process_count", 1),
+    )
+
+
+def capacity(vllm_config, scheduler_config) -> tuple[int, float]:
+    """``(tokens, max concurrency)`` as vLLM logs them ("KV cache size: N
+    tokens, Maximum concurrency for L tokens per request: Cx"): its own
+    ``get_kv_cache_capacity`` of the scheduler's config."""
+    tokens, concurrency = planner_function("get_kv_cache_capacity")(vllm_config, scheduler_config)
+    return int(tokens), float(concurrency)
+
+
+def plan_budget(vllm_config, per_worker: list[dict], budget: int) -> tuple[list, str | None]:
+    """``(configs per worker, refusal)``: vLLM's ``get_kv_cache_configs``; its
+    ``ValueError`` (not enough memory, no blocks, ...) is the refusal."""
+    import copy
+
+    from vllm.config import set_current_vllm_config
+
+    get_kv_cache_configs = planner_function("get_kv_cache_configs")
+    specs = [dict(s) for s in per_worker]  # the planner unifies specs in place
+    with set_current_vllm_config(vllm_config):
+        try:  # the engine core registers the spec classes' managers first (0.32+)
+            from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+        except ImportError:
+            pass
+        else:
+            register_all_kvcache_specs(vllm_config)
+        try:
+            configs = get_kv_cache_configs(vllm_config, specs, [budget] * len(specs))
+        except ValueError as exc:
+            return [], str(exc)
+    for config in configs:
+        config.kv_cache_layout = getattr(vllm_config.cache_config, "kv_cache_layout", None)
+    return [copy.deepcopy(c) for c in configs], None
+
+
+def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None) -> Prediction:
+    """The deployment's plan; ``budget_for(vllm_config, bytes of the largest
+    rank's parameters)`` gives the KV cache budget per worker (:mod:`.budget`).
+
+    Raises:
+        vLLM's own errors for a model it cannot build (not a refusal of the budget).
+    """
+    start = time.monotonic()
+    per_worker, stages, params, param_bytes = worker_specs(vllm_config, progress)
+    resolve_layout(vllm_config, per_worker)
+    budget = budget_for(vllm_config, max(param_bytes))
+    if budget.bytes > 0:
+        budget.bytes = worker_budget(vllm_config, budget.bytes)
+    workers, refusal = plan_budget(vllm_config, per_worker, budget.bytes)
+    prediction = Prediction(vllm_config, budget, workers, per_worker, stages, params, param_bytes, refusal)
+    if workers and workers[0].kv_cache_groups:
+        scheduler_config = planner_function("generate_scheduler_kv_cache_config")(workers)
+        prediction.tokens, prediction.max_concurrency = capacity(vllm_config, scheduler_config)
+        from .plugin_side import sides
+
+        tp = vllm_config.parallel_config.tensor_parallel_size
+        prediction.sides = [sides(vllm_config, config, stages[w // tp]["layers"], stages[w // tp]["shared"])
+                            for w, config in enumerate(workers)]
+    prediction.seconds = time.monotonic() - start
+    return prediction

@@ -1,0 +1,129 @@
+"""The plan on the terminal (:func:`table`) and as JSON (:func:`as_json`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._version import __version__
+from ..compat.specs import required_bytes, tensor_layers
+from ..report.plan_file import KIND, PLAN_VERSION
+from ..report.specs import describe_groups, spec_kind
+
+
+
+def _installed() -> dict[str, str | None]:
+    from ..compat import Installed
+
+    installed = Installed.detect()
+    return {"plugin": __version__, "vllm": installed.vllm, "vllm_ascend": installed.vllm_ascend, "torch": installed.torch}
+
+
+def _rank_ids(vllm_config, worker: int) -> tuple[int, int]:
+    tp = vllm_config.parallel_config.tensor_parallel_size
+    return worker // tp, worker % tp
+
+
+def group_rows(kv_cache_config) -> list[dict[str, Any]]:
+    """Per group: id, kind(s), layer count, block size (tokens), page bytes
+    (per layer, padded as vLLM plans it), num_blocks and tokens (num_blocks x block size)."""
+    rows = []
+    for gid, group in enumerate(kv_cache_config.kv_cache_groups):
+        spec = group.kv_cache_spec
+        inner = getattr(spec, "kv_cache_specs", None)
+        kinds = sorted({spec_kind(s) for s in inner.values()}) if inner else [spec_kind(spec)]
+        page = max(s.page_size_bytes for s in inner.values()) if inner else spec.page_size_bytes
+        rows.append({
+            "id": gid, "kind": "+".join(kinds), "layers": len(group.layer_names), "block_size": spec.block_size,
+            "page_bytes": page, "num_blocks": kv_cache_config.num_blocks,
+            "tokens": kv_cache_config.num_blocks * spec.block_size,
+        })
+    return rows
+
+
+def headline(prediction, model_dir: str) -> list[str]:
+    config = prediction.vllm_config
+    p, m = config.parallel_config, config.model_config
+    versions = _installed()
+    release = f"vLLM {versions['vllm']}" + (f" + vllm-ascend {versions['vllm_ascend']}" if versions["vllm_ascend"] else "")
+    params = ", ".join(f"{n:,} ({b / 2**30:.2f} GiB)" for n, b in zip(prediction.params, prediction.param_bytes))
+    return [
+        f"plan: {model_dir} ({', '.join(m.architectures or [])}), {release}, device {config.device_config.device_type}",
+        f"parallel: tensor {p.tensor_parallel_size} x pipeline {p.pipeline_parallel_size} = {len(prediction.specs)} "
+        f"workers per engine (data parallel {p.data_parallel_size}: each engine plans alike); "
+        f"max model len {m.max_model_len:,}, max num seqs {config.scheduler_config.max_num_seqs}",
+        f"model: {params} parameters per rank (per pipeline stage), dtype {str(m.dtype).removeprefix('torch.')}, "
+        f"kv cache dtype {config.cache_config.cache_dtype}",
+        *prediction.budget.lines(),
+        *([f"note: planned for this machine's vLLM platform ({config.device_config.device_type}): the block size and "
+           "attention backends are that platform's; plan where the deployment runs for its own"]
+          if not prediction.budget.exact and config.device_config.device_type == "cpu" else []),
+    ]
+
+
+def table(prediction, model_dir: str) -> str:
+    """The readable plan: the headline, one line per rank and group, vLLM's capacity or refusal."""
+    lines = headline(prediction, model_dir)
+    if prediction.refusal:
+        lines.append(f"vLLM refuses (its own words): {prediction.refusal}")
+        return "\n".join(lines)
+    lines.append("")
+    lines.append(f"{'rank':>4} {'pp':>3} {'tp':>3} {'group':>5} {'kind':28} {'layers':>6} {'block':>6} "
+                 f"{'page bytes':>12} {'num_blocks':>11} {'tokens':>12}")
+    for worker, kv_cache_config in enumerate(prediction.workers):
+        pp, tp = _rank_ids(prediction.vllm_config, worker)
+        for row in group_rows(kv_cache_config):
+            lines.append(f"{worker:>4} {pp:>3} {tp:>3} {row['id']:>5} {row['kind']:28} {row['layers']:>6} "
+                         f"{row['block_size']:>6} {row['page_bytes']:>12,} {row['num_blocks']:>11,} {row['tokens']:>12,}")
+    lines.append("")
+    if prediction.tokens is not None:
+        lines.append(f"vLLM would log: KV cache size: {prediction.tokens:,} tokens, Maximum concurrency for "
+                     f"{prediction.vllm_config.model_config.max_model_len:,} tokens per request: {prediction.max_concurrency:.2f}x")
+    distinct = {side.line(): w for w, side in reversed(list(enumerate(prediction.sides)))}
+    for line, worker in sorted(distinct.items(), key=lambda item: item[1]):
+        lines.append(line if len(distinct) == 1 else f"rank {worker}: {line}")
+    lines.append(f"planned in {prediction.seconds:.1f} s")
+    return "\n".join(lines)
+
+
+def as_json(prediction, model_dir: str) -> dict:
+    """The plan as a JSON object (``kind: "plan"``); ``ranks[i].num_blocks``
+    and ``ranks[i].groups[j].num_blocks`` are vLLM's planned block counts."""
+    config = prediction.vllm_config
+    p = config.parallel_config
+    ranks = []
+    for worker, kv_cache_config in enumerate(prediction.workers):
+        pp, tp = _rank_ids(config, worker)
+        groups, _ = describe_groups(kv_cache_config)
+        for group, row in zip(groups, group_rows(kv_cache_config)):
+            group.update(num_blocks=row["num_blocks"], tokens=row["tokens"], block_size=row["block_size"], kind=row["kind"])
+        ranks.append({
+            "rank": worker, "pipeline_parallel_rank": pp, "tensor_parallel_rank": tp,
+            "num_blocks": kv_cache_config.num_blocks,
+            "bytes_required": required_bytes(list(kv_cache_config.kv_cache_tensors)),
+            "tensors": [{"size": t.size, "layers": tensor_layers(t)}
+                        for t in kv_cache_config.kv_cache_tensors],
+            "groups": groups,
+        })
+    return {
+        "kind": KIND,
+        "plan_version": PLAN_VERSION,
+        "model": model_dir,
+        "architectures": list(config.model_config.architectures or []),
+        "versions": _installed(),
+        "device": config.device_config.device_type,
+        "parallel": {"tensor_parallel_size": p.tensor_parallel_size, "pipeline_parallel_size": p.pipeline_parallel_size,
+                     "data_parallel_size": p.data_parallel_size},
+        "max_model_len": config.model_config.max_model_len,
+        "budget": prediction.budget.as_json(),
+        "params_per_stage": prediction.params,
+        "param_bytes_per_stage": prediction.param_bytes,
+        "refusal": prediction.refusal,
+        "num_blocks": prediction.num_blocks,
+        "tokens": prediction.tokens,
+        "max_concurrency": prediction.max_concurrency,
+        "stock_bytes_per_worker": [side.stock_bytes for side in prediction.sides],
+        "plugin": [{"layers_per_strategy": side.plugin_layers, "refusal": side.plugin_refusal,
+                    "stock_would_fail": side.stock_would_fail} for side in prediction.sides],
+        "ranks": ranks,
+        "seconds": round(prediction.seconds, 2),
+    }
