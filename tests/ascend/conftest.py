@@ -1,7 +1,6 @@
 """Tests against the real vllm-ascend (CPU only, NPU modules stubbed).
 
-Run them in an Ascend cell: ``tools/nox.sh -s ascend-X`` (X 0.11.0, 0.13.0, 0.18.0, 0.23.0; 0.30.0
-once the support matrix lists it: its environment is ``tools/make_venv_ascend.sh 0.30.0 DIR``)
+Run them in an Ascend cell: ``tools/nox.sh -s ascend-X`` (X 0.11.0, 0.13.0, 0.18.0, 0.23.0, 0.30.0)
 builds its environment from ``requirements/ascend-X.txt``. Elsewhere (no vllm_ascend installed) the whole directory is skipped; on releases
 other than 0.23 (0.23.0 or a post-release of it), modules outside ``ALL_RELEASES`` are skipped.
 

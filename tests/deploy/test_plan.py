@@ -64,7 +64,7 @@ def test_dense_tp2_pp2_exact(tmp_path, capsys):
         assert r["num_blocks"] == num_blocks
         (group,) = r["groups"]
         assert group["layers"] == [f"model.layers.{i}.self_attn.attn" for i in range(4 * stage, 4 * stage + 4)]
-        assert (group["kind"], group["block_size"], group["num_blocks"], group["tokens"]) == (
+        assert (group["kind"], group["block_size"], group["num_blocks"], group["token_slots"]) == (
             "full_attention", 128, num_blocks, num_blocks * 128)
         (spec,) = group["specs"]
         assert (spec["page_size_bytes"], spec["num_kv_heads"], spec["head_size"], spec["dtype"]) == (page, 1, 64, "bfloat16")
@@ -76,8 +76,9 @@ def test_dense_tp2_pp2_exact(tmp_path, capsys):
     # stock allocates the config's tensors; the plugin's upstream adapter would build every layer in them
     assert data["stock_bytes_per_worker"] == [4 * num_blocks * page] * 4
     assert data["plugin"] == [{"layers_per_strategy": {"full_attention": 4}, "refusal": None, "stock_would_fail": False}] * 4
-    assert (f"stock vLLM allocates {4 * num_blocks * page:,} bytes per worker (the config's tensors); the plugin builds "
-            f"every layer (full_attention=4) in the same {4 * num_blocks * page:,} bytes") in out
+    assert (f"stock vLLM allocates {4 * num_blocks * page:,} bytes per worker (the config's tensors); with the plugin, "
+            f"vLLM builds the same {4 * num_blocks * page:,} bytes and the plugin checks every layer (layers per "
+            "strategy: full_attention=4)") in out
     # vLLM's log: a request of 1024 tokens takes 8 blocks of 128
     assert data["max_concurrency"] == num_blocks / 8 and data["tokens"] == num_blocks // 8 * MAX_MODEL_LEN
     assert "KV cache size: 65,536 tokens, Maximum concurrency for 1,024 tokens per request: 64.00x" in out
@@ -96,7 +97,8 @@ def test_refusal_in_vllms_words(tmp_path, capsys):
     assert data["refusal"].startswith("To serve at least one request") and data["num_blocks"] is None
 
 
-@pytest.mark.parametrize("case", ["no-dir", "no-config", "remote-code", "unknown-arch", "bad-value", "no-budget"])
+@pytest.mark.parametrize("case", ["no-dir", "no-config", "remote-code", "unknown-arch", "bad-value", "no-budget",
+                                  "negative-budget", "negative-memory"])
 def test_bad_input_one_line_exit_2(tmp_path, capsys, case):
     directory = llama(tmp_path)
     argv = [directory, "--kv-cache-memory-bytes", 2**26]
@@ -105,13 +107,19 @@ def test_bad_input_one_line_exit_2(tmp_path, capsys, case):
         "unknown-arch": "architecture NoSuchForCausalLM is not one this vLLM knows",
         "bad-value": "invalid argument: argument --tensor-parallel-size/-tp: invalid int value: 'two'",
         "no-budget": "--kv-cache-memory-bytes",
+        "negative-budget": "--kv-cache-memory-bytes -5: must be positive",
+        "negative-memory": "--device-memory-gib -3.0: must be positive",
     }[case]
     if case == "no-dir":
         argv[0] = tmp_path / "absent"
     elif case == "no-config":
         (directory / "config.json").unlink()
-    elif case == "remote-code":
-        llama(tmp_path, auto_map={"AutoModelForCausalLM": "modeling_x.X"})
+    elif case == "remote-code":  # auto_map and a model_type transformers does not know
+        llama(tmp_path, auto_map={"AutoModelForCausalLM": "modeling_x.X"}, model_type="no_such_model_type")
+    elif case == "negative-budget":
+        argv = [directory, "--kv-cache-memory-bytes", -5]
+    elif case == "negative-memory":
+        argv = [directory, "--device-memory-gib", -3]
     elif case == "unknown-arch":
         llama(tmp_path, architectures=["NoSuchForCausalLM"])
     elif case == "bad-value":
@@ -251,3 +259,33 @@ def _planning(name: str):
     except ImportError:
         return None
     return getattr(kv_cache_planning, name, None)
+
+
+def test_auto_map_of_a_model_type_transformers_knows_is_planned(tmp_path, capsys):
+    """DeepSeek-V2's published config.json carries auto_map, yet the installed transformers
+    configures its model_type itself: plan needs no remote code and plans it."""
+    directory = llama(tmp_path, auto_map={"AutoConfig": "configuration_x.XConfig"})
+    code, out, err, data = plan(capsys, directory, "--kv-cache-memory-bytes", 2**26, "--max-model-len", MAX_MODEL_LEN)
+    assert code == 0 and data["num_blocks"] > 0, err
+
+
+def test_json_path_that_cannot_be_written_is_bad_input(tmp_path, capsys):
+    """Checked before anything is planned: one line, exit 2, no traceback."""
+    for out in (tmp_path / "absent" / "plan.json", tmp_path):
+        code = cli.run([str(llama(tmp_path)), "--kv-cache-memory-bytes", str(2**26), "--json", str(out)])
+        err = capsys.readouterr().err
+        assert code == 2 and f"--json {out}: cannot write a file there" in err and "Traceback" not in err
+
+
+def test_hybrid_manager_off_labels_each_layer_by_its_own_window(tmp_path, capsys):
+    """--disable-hybrid-kv-cache-manager: vLLM merges sliding and full layers into one group whose
+    spec carries the window; plan names each layer by its attention module's own window."""
+    directory = llama(tmp_path, architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=256,
+                      layer_types=["sliding_attention", "full_attention"] * 4)
+    code, out, err, data = plan(capsys, directory, "--kv-cache-memory-bytes", 2**26, "--max-model-len", MAX_MODEL_LEN,
+                                "--disable-hybrid-kv-cache-manager")
+    assert code == 0, err
+    (rank,) = data["ranks"]
+    kinds = [g["kind"] for g in rank["groups"]]
+    assert kinds and all("full_attention" in k.split("+") for k in kinds), kinds
+    assert "token slots" in out and data["tokens"] is not None

@@ -105,7 +105,7 @@ def test_pipeline_parallel_2_each_stage_builds_its_own_layers(model, tmp_path):
         assert report["parallel"]["pipeline_parallel_rank"] == stage
         assert report["parallel"]["pipeline_parallel_size"] == 2 and report["world_size"] == 2
     shown = deployment_report(reports)
-    assert [ln.split()[:4] for ln in shown[2:4]] == [["0", "0/0/0", "plugin", "on"], ["1", "0/1/0", "plugin", "on"]]
+    assert [ln.split()[:4] for ln in shown[2:4]] == [["0", "0/0/0", "vllm_checked", "on"], ["1", "0/1/0", "vllm_checked", "on"]]
     assert shown[5] == "layouts: the same on every rank of each pipeline stage (2 stages, each with its own layers)"
     d = compare(json.loads((tmp_path / "off.json").read_text()), json.loads((tmp_path / "on.json").read_text()))
     assert d.identical, d
@@ -157,7 +157,7 @@ def test_data_parallel_2_each_engine_builds_and_reports_its_rank(model, tmp_path
         assert sorted(report["layers"]) == LAYERS
     shown = deployment_report(reports)
     assert shown[0] == f"KV cache reports in {reports}: 2 reports, 2 ranks (each rank's newest report), world size 2"
-    assert [ln.split()[:4] for ln in shown[2:4]] == [["0", "0/0/0", "plugin", "on"], ["1", "1/0/0", "plugin", "on"]]
+    assert [ln.split()[:4] for ln in shown[2:4]] == [["0", "0/0/0", "vllm_checked", "on"], ["1", "1/0/0", "vllm_checked", "on"]]
     assert shown[5] == "layouts: the same on every rank"
     d = compare(off, on)
     assert d.identical, d

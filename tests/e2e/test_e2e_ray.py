@@ -166,7 +166,7 @@ def test_off_on_and_observe_set_in_the_driver_only(clean_cluster, model, tmp_pat
     show(capsys, "KV_STRATEGIES=on in the driver: the workers' lines", [ln for w in on["workers"] for ln in plugin_lines(on_log, w["pid"])])
     show(capsys, f"report {on_dir}", lines)
     assert lines[0] == f"KV cache reports in {on_dir}: 2 reports, 2 ranks (each rank's newest report), world size 2"
-    assert [ln.split()[:4] for ln in lines[2:4]] == [["0", "0/0/0", "plugin", "on"], ["1", "0/0/1", "plugin", "on"]]
+    assert [ln.split()[:4] for ln in lines[2:4]] == [["0", "0/0/0", "vllm_checked", "on"], ["1", "0/0/1", "vllm_checked", "on"]]
     assert lines[4].startswith("deployment (2 ranks): 2,147,483,648 bytes allocated")
     assert lines[5] == "layouts: the same on every rank"
 

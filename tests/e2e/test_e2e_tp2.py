@@ -59,7 +59,7 @@ def test_two_workers_each_build_log_and_report_once(tmp_path):
     assert summed.returncode == 0, summed.stdout + summed.stderr
     lines = summed.stdout.splitlines()
     assert lines[0] == f"KV cache reports in {reports}: 2 reports, 2 ranks (each rank's newest report), world size 2"
-    assert [ln.split()[:4] for ln in lines[2:4]] == [["0", "0/0/0", "plugin", "on"], ["1", "0/0/1", "plugin", "on"]]
+    assert [ln.split()[:4] for ln in lines[2:4]] == [["0", "0/0/0", "vllm_checked", "on"], ["1", "0/0/1", "vllm_checked", "on"]]
     assert lines[4].startswith("deployment (2 ranks): ") and lines[5] == "layouts: the same on every rank"
     d = compare(json.loads((tmp_path / "off.json").read_text()), json.loads((tmp_path / "on.json").read_text()))
     assert d.identical, d

@@ -142,7 +142,7 @@ V2_FINGERPRINTS: dict[str, str] = {
 _NO_CELL_BECAUSE: dict[str, str] = {
     "0.26.0rc1": (
         "no cell yet: its KV cache code is 0.23's shared_by form with 0.30's new spec classes "
-        "(AscendSFAIndexerCacheSpec, store_on_host), so it needs the SFA indexer kind first"
+        "(AscendSFAIndexerCacheSpec, store_on_host), which no cell runs in that form"
     ),
     "0.28.0rc1": (
         "no cell yet: stock passes kv_cache_allocation_context to initialize_kv_cache_tensors and "

@@ -70,10 +70,36 @@ def check_model_dir(path: str) -> dict:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as exc:
         raise BadInput(f"{config_file}: not readable as JSON ({exc})") from None
-    if config.get("auto_map"):
-        raise BadInput(f"{config_file}: the model needs remote code (auto_map {sorted(config['auto_map'])}); "
-                       "plan runs no code from a model directory")
+    if config.get("auto_map") and not _known_model_type(config.get("model_type")):
+        raise BadInput(f"{config_file}: the model needs remote code (auto_map {sorted(config['auto_map'])}, model_type "
+                       f"{config.get('model_type')!r} unknown to the installed transformers); plan runs no code from a "
+                       "model directory")
     return config
+
+
+def _known_model_type(model_type: str | None) -> bool:
+    """Whether the installed transformers configures ``model_type`` itself
+    (then a config's ``auto_map``, e.g. DeepSeek-V2's, is not needed and the
+    model is planned without it)."""
+    try:
+        from transformers import CONFIG_MAPPING
+
+        return model_type in CONFIG_MAPPING
+    except Exception:  # transformers unusable here: treat as unknown
+        return False
+
+
+def check_outputs(args) -> None:
+    """:class:`BadInput` for a ``--json`` path that cannot be written, or a
+    budget that is not positive, before anything is planned."""
+    if args.json_out:
+        out = Path(args.json_out)
+        if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+            raise BadInput(f"--json {args.json_out}: cannot write a file there")
+    for name in ("kv_cache_memory_bytes", "device_memory_gib"):
+        value = getattr(args, name, None)
+        if value is not None and value <= 0:
+            raise BadInput(f"--{name.replace('_', '-')} {value}: must be positive")
 
 
 def check_platform() -> None:
@@ -105,7 +131,7 @@ def engine_parser():
     parser = FlexibleArgumentParser(
         prog="python -m vllm_kv_strategies plan", description=DESCRIPTION, epilog=EPILOG,
         usage="%(prog)s MODEL_DIR [vLLM engine arguments] [--kv-cache-memory-bytes N | --device NAME | "
-        "--device-memory-gib GIB] [--json OUT]",
+        "--device-memory-gib GIB [--overhead-gib GIB]] [--json OUT]  (--help=plan: this command's options)",
     )
     own_arguments(parser)
     EngineArgs.add_cli_args(parser)
@@ -140,6 +166,7 @@ def _run(argv: list[str]) -> int:
     except Exception as exc:  # vLLM or its platform plugin cannot load here
         raise BadInput(f"cannot import vLLM's engine arguments here: {type(exc).__name__}: {_one_line(exc)}") from None
     args = parser.parse_args(argv)
+    check_outputs(args)
     check_architecture(config)
     from vllm.engine.arg_utils import EngineArgs
 

@@ -34,8 +34,9 @@ class Sides:
     def line(self) -> str:
         if self.plugin_layers is not None:
             counts = ", ".join(f"{k}={v}" for k, v in sorted(self.plugin_layers.items()))
-            return (f"stock vLLM allocates {self.stock_bytes:,} bytes per worker (the config's tensors); the plugin "
-                    f"builds every layer ({counts}) in the same {self.stock_bytes:,} bytes")
+            return (f"stock vLLM allocates {self.stock_bytes:,} bytes per worker (the config's tensors); with the "
+                    f"plugin, vLLM builds the same {self.stock_bytes:,} bytes and the plugin checks every layer "
+                    f"(layers per strategy: {counts})")
         if self.stock_would_fail:
             return f"stock would fail on this config, and the plugin stops before allocating: {self.plugin_refusal}"
         return (f"stock vLLM allocates {self.stock_bytes:,} bytes per worker; the plugin would not build it "

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from .._version import __version__
-from ..compat.specs import required_bytes, tensor_layers
+from ..compat.specs import layer_spec, required_bytes, tensor_layers
 from ..report.plan_file import KIND, PLAN_VERSION
-from ..report.specs import describe_groups, spec_kind
+from ..report.specs import describe_groups, own_spec, spec_kind
 
 
 
@@ -23,21 +23,29 @@ def _rank_ids(vllm_config, worker: int) -> tuple[int, int]:
     return worker // tp, worker % tp
 
 
-def group_rows(kv_cache_config) -> list[dict[str, Any]]:
-    """Per group: id, kind(s), layer count, block size (tokens), page bytes
-    (per layer, padded as vLLM plans it), num_blocks and tokens (num_blocks x block size)."""
+def group_rows(kv_cache_config, modules: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per group: id, kind(s) (each layer by its own spec: its attention
+    module's window, :func:`~vllm_kv_strategies.report.specs.own_spec`), layer
+    count, block size (tokens), page bytes (per layer, padded as vLLM plans
+    it), num_blocks and token slots (num_blocks x block size; vLLM's capacity
+    in tokens is the plan's ``tokens``)."""
     rows = []
     for gid, group in enumerate(kv_cache_config.kv_cache_groups):
         spec = group.kv_cache_spec
-        inner = getattr(spec, "kv_cache_specs", None)
-        kinds = sorted({spec_kind(s) for s in inner.values()}) if inner else [spec_kind(spec)]
-        page = max(s.page_size_bytes for s in inner.values()) if inner else spec.page_size_bytes
+        own = [own_spec(layer_spec(spec, name), (modules or {}).get(name)) for name in group.layer_names]
+        kinds = sorted({spec_kind(s) for s in own}) if own else [spec_kind(spec)]
+        page = max(s.page_size_bytes for s in own) if own else spec.page_size_bytes
         rows.append({
             "id": gid, "kind": "+".join(kinds), "layers": len(group.layer_names), "block_size": spec.block_size,
             "page_bytes": page, "num_blocks": kv_cache_config.num_blocks,
-            "tokens": kv_cache_config.num_blocks * spec.block_size,
+            "token_slots": kv_cache_config.num_blocks * spec.block_size,
         })
     return rows
+
+
+def _modules(prediction, worker: int) -> dict[str, Any]:
+    """The worker's pipeline stage's attention modules (its static forward context)."""
+    return prediction.stages[worker // prediction.vllm_config.parallel_config.tensor_parallel_size]["layers"]
 
 
 def headline(prediction, model_dir: str) -> list[str]:
@@ -63,17 +71,22 @@ def headline(prediction, model_dir: str) -> list[str]:
 def table(prediction, model_dir: str) -> str:
     """The readable plan: the headline, one line per rank and group, vLLM's capacity or refusal."""
     lines = headline(prediction, model_dir)
+    if prediction.refusal and not prediction.budget.exact and prediction.budget.bytes <= 0:
+        lines.append(f"the estimate leaves no memory for the KV cache ({prediction.budget.bytes:,} bytes): the weights "
+                     "and the overhead exceed the device memory x utilisation; plan with more tensor or pipeline "
+                     "parallelism, a larger device, or an exact --kv-cache-memory-bytes")
+        return "\n".join(lines)
     if prediction.refusal:
         lines.append(f"vLLM refuses (its own words): {prediction.refusal}")
         return "\n".join(lines)
     lines.append("")
     lines.append(f"{'rank':>4} {'pp':>3} {'tp':>3} {'group':>5} {'kind':28} {'layers':>6} {'block':>6} "
-                 f"{'page bytes':>12} {'num_blocks':>11} {'tokens':>12}")
+                 f"{'page bytes':>12} {'num_blocks':>11} {'token slots':>12}")
     for worker, kv_cache_config in enumerate(prediction.workers):
         pp, tp = _rank_ids(prediction.vllm_config, worker)
-        for row in group_rows(kv_cache_config):
+        for row in group_rows(kv_cache_config, _modules(prediction, worker)):
             lines.append(f"{worker:>4} {pp:>3} {tp:>3} {row['id']:>5} {row['kind']:28} {row['layers']:>6} "
-                         f"{row['block_size']:>6} {row['page_bytes']:>12,} {row['num_blocks']:>11,} {row['tokens']:>12,}")
+                         f"{row['block_size']:>6} {row['page_bytes']:>12,} {row['num_blocks']:>11,} {row['token_slots']:>12,}")
     lines.append("")
     if prediction.tokens is not None:
         lines.append(f"vLLM would log: KV cache size: {prediction.tokens:,} tokens, Maximum concurrency for "
@@ -93,9 +106,11 @@ def as_json(prediction, model_dir: str) -> dict:
     ranks = []
     for worker, kv_cache_config in enumerate(prediction.workers):
         pp, tp = _rank_ids(config, worker)
-        groups, _ = describe_groups(kv_cache_config)
-        for group, row in zip(groups, group_rows(kv_cache_config)):
-            group.update(num_blocks=row["num_blocks"], tokens=row["tokens"], block_size=row["block_size"], kind=row["kind"])
+        modules = _modules(prediction, worker)
+        groups, _ = describe_groups(kv_cache_config, modules)
+        for group, row in zip(groups, group_rows(kv_cache_config, modules)):
+            group.update(num_blocks=row["num_blocks"], token_slots=row["token_slots"], block_size=row["block_size"],
+                         kind=row["kind"])
         ranks.append({
             "rank": worker, "pipeline_parallel_rank": pp, "tensor_parallel_rank": tp,
             "num_blocks": kv_cache_config.num_blocks,

@@ -5,7 +5,7 @@ neither torch nor vLLM.
 A plan file is a JSON object with ``kind: "plan"`` and ``plan_version``
 (:data:`PLAN_VERSION`; a removed key or changed meaning raises it); per
 rank, ``num_blocks``, the groups in the report's form (``id``, ``layers``,
-``specs``, plus ``kind``, ``block_size``, ``num_blocks``, ``tokens``) and the
+``specs``, plus ``kind``, ``block_size``, ``num_blocks``, ``token_slots``) and the
 tensors (``size``, ``layers``) and the bytes they plan (``bytes_required``).
 """
 
@@ -81,17 +81,20 @@ def _rank_of(plan: dict, rank: int, path: str) -> dict:
 
 def compare(plan: dict, plan_path: str, report: dict, report_path: str) -> tuple[str, bool]:
     """(text, equal): the plan's rank against the report's, field by field:
-    num_blocks, tokens (num_blocks x the smallest block size, as the report
-    counts them), bytes the config's tensors plan, and whether the
-    groups' layers and specs and the tensors are the same."""
-    rank = report["totals"]["rank"]
+    num_blocks, token slots (num_blocks x the smallest block size), vLLM's
+    capacity in tokens (report schema 3's ``totals.tokens``), bytes the
+    config's tensors plan, and whether the groups' layers and specs and the
+    tensors are the same."""
+    totals = report["totals"]
+    rank = totals["rank"]
     ours = _rank_of(plan, rank, plan_path)
     kv_cache = report.get("kv_cache") or {}
-    tokens = ours["num_blocks"] * min((g["block_size"] for g in ours["groups"]), default=0)
+    slots = ours["num_blocks"] * min((g["block_size"] for g in ours["groups"]), default=0)
     rows: list[tuple[str, Any, Any]] = [
-        ("num_blocks", ours["num_blocks"], report["totals"]["num_blocks"]),
-        ("tokens", tokens, report["totals"]["tokens"]),
-        ("bytes_required", ours["bytes_required"], report["totals"]["bytes_required"]),
+        ("num_blocks", ours["num_blocks"], totals["num_blocks"]),
+        ("token slots", slots, totals.get("token_slots", slots)),
+        ("tokens (capacity)", plan.get("tokens"), totals["tokens"]),
+        ("bytes_required", ours["bytes_required"], totals["bytes_required"]),
     ]
     same = {
         "groups (layers)": [g["layers"] for g in ours["groups"]] == [g["layers"] for g in kv_cache.get("groups", [])],
@@ -106,7 +109,8 @@ def compare(plan: dict, plan_path: str, report: dict, report_path: str) -> tuple
         f"{'':20} {'plan':>16} {'run':>16}",
     ]
     for name, a, b in rows:
-        lines.append(f"{name:20} {a:>16,} {b:>16,}" + ("" if a == b else "   DIFFERS"))
+        lines.append(f"{name:20} {a if a is None else format(a, ','):>16} {b if b is None else format(b, ','):>16}"
+                     + ("" if a == b else "   DIFFERS"))
     lines.append("")
     lines += [f"{name}: {'equal' if ok else 'DIFFER'}" for name, ok in same.items()]
     equal = all(a == b for _, a, b in rows) and all(same.values())
