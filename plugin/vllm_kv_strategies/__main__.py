@@ -37,10 +37,18 @@ def _matrix(args: argparse.Namespace) -> int:
 
     from .compat import ascend_releases
 
+    from .compat import ascend as ascend_facts
+    from .compat import upstream as upstream_facts
+
+    def patches(targets) -> list[str]:  # what auto patches there: module.attribute
+        return [target.qualified(attribute) for target in targets for attribute in target.attributes]
+
     matrix = {
-        "upstream": [{"vllm": v} for v in compat.UPSTREAM_VLLM_RELEASES],
+        "upstream": [{"vllm": v, "patches": patches(upstream_facts.TARGETS)} for v in compat.UPSTREAM_VLLM_RELEASES],
         "ascend": [
-            {"vllm": v, "vllm_ascend": a, "vllm_ascend_pin": ascend_releases.CELL_PINS[a]} for v, a in compat.ASCEND_RELEASES
+            {"vllm": v, "vllm_ascend": a, "vllm_ascend_pin": ascend_releases.CELL_PINS[a],
+             "patches": patches(ascend_facts.targets(ascend_releases.CELL_PINS[a]))}
+            for v, a in compat.ASCEND_RELEASES
         ],
         # every vllm-ascend release on the index, and what auto does with it
         "ascend_releases": [row.as_dict() for row in ascend_releases.index_table()],
@@ -49,6 +57,8 @@ def _matrix(args: argparse.Namespace) -> int:
         print(json.dumps(matrix))
         return 0
     print(compat.supported_releases())
+    for cell in matrix["ascend"]:
+        print(f"  vllm-ascend {cell['vllm_ascend_pin']} patches: {', '.join(cell['patches'])}")
     print("\nvllm-ascend releases on the package index (auto patches 'own cell' and 'same code as cell'):")
     print(f"  {'vllm-ascend':14} {'vLLM':8} {'auto':32} why")
     for row in ascend_releases.index_table():

@@ -147,3 +147,20 @@ def test_fingerprint_counts_absent_methods_and_order():
     assert fp(SOURCE, ("initialize_kv_cache", "missing")) != fp(SOURCE, ("initialize_kv_cache",))
     assert fp(SOURCE, ("get_kv_cache_spec", "initialize_kv_cache")) != fp(SOURCE)
     assert ABSENT == "<absent>"
+
+
+def test_matrix_json_names_what_each_cell_patches(capsys):
+    """``matrix --json``: each cell lists the attributes auto patches there; vllm-ascend 0.30's
+    include the worker's multi-group budget step and Ascend V2's allocation functions."""
+    import json
+
+    from vllm_kv_strategies.__main__ import main
+
+    assert main(["matrix", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (cell,) = [c for c in data["ascend"] if c["vllm_ascend_pin"] == "0.30.0rc2"]
+    assert "vllm_ascend.worker.worker.NPUWorker._scale_kv_cache_memory_for_multi_group" in cell["patches"]
+    assert "vllm_ascend.worker.v2.attn_utils._allocate_kv_cache" in cell["patches"]
+    (old,) = [c for c in data["ascend"] if c["vllm_ascend_pin"] == "0.23.0.post1"]
+    assert not any("NPUWorker" in p or ".v2." in p for p in old["patches"])
+    assert all("GPUModelRunner.initialize_kv_cache_tensors" in " ".join(c["patches"]) for c in data["upstream"])
