@@ -220,6 +220,12 @@ def _report(args: argparse.Namespace) -> int:
         return next(iter(ranks.values()))
 
     try:
+        plans = [p for p in args.paths if plan_file.is_plan(p)]
+        if plans and (len(args.paths) != 2 or plans != args.paths[:1]):
+            raise schema.ReportError(
+                f"{plans[0]}: a plan file (plan --json); compare it with a run's report: report PLAN RUN_REPORT "
+                "(the plan first, then one report file or a directory holding one rank)"
+            )
         if len(args.paths) == 1 and os.path.isdir(args.paths[0]):
             text, flagged = render.deployment(args.paths[0], schema.load_dir(args.paths[0]))
             print(text)

@@ -289,3 +289,16 @@ def test_hybrid_manager_off_labels_each_layer_by_its_own_window(tmp_path, capsys
     kinds = [g["kind"] for g in rank["groups"]]
     assert kinds and all("full_attention" in k.split("+") for k in kinds), kinds
     assert "token slots" in out and data["tokens"] is not None
+
+
+def test_report_names_a_plan_file_given_alone_or_second(tmp_path, capsys):
+    """``report PLAN`` alone, ``report RUN PLAN`` or two plans: the plan file is named as one,
+    with the order report expects; exit 2."""
+    from vllm_kv_strategies.__main__ import main
+
+    code, _, err, data = plan(capsys, llama(tmp_path), "--kv-cache-memory-bytes", 2**26, "--max-model-len", MAX_MODEL_LEN)
+    assert code == 0, err
+    path = str(tmp_path / "plan.json")
+    for paths in ([path], [path, path], [str(tmp_path / "run.json"), path]):
+        assert main(["report", *paths]) == 2
+        assert "a plan file (plan --json); compare it with a run's report: report PLAN RUN_REPORT" in capsys.readouterr().err
