@@ -61,6 +61,8 @@ def check_model_dir(path: str) -> dict:
     """The directory's ``config.json``; :class:`BadInput` when there is none
     or it asks for remote code (``auto_map``: plan runs no code from a model directory)."""
     directory = Path(path)
+    if directory.is_file():
+        raise BadInput(f"{path}: a file; plan takes the model directory holding config.json ({directory.parent})")
     if not directory.is_dir():
         raise BadInput(f"{path}: no such directory (plan takes a local model directory holding config.json)")
     config_file = directory / "config.json"
@@ -157,7 +159,7 @@ def run(argv: list[str]) -> int:
 def _run(argv: list[str]) -> int:
     start = time.monotonic()
     if not any(a == "-h" or a.startswith("--help") for a in argv):
-        known, _ = own_arguments(argparse.ArgumentParser(add_help=False)).parse_known_args(argv)
+        known, _ = own_arguments(argparse.ArgumentParser(add_help=False, prog="python -m vllm_kv_strategies plan")).parse_known_args(argv)
         config = check_model_dir(known.model_dir)
     check_platform()
     _progress("importing vLLM (10-30 s on a CPU)")
