@@ -7,15 +7,12 @@ stock's ``initialize_kv_cache`` passes them; and the contract of the block zeroe
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 import torch
 import kv_compare as kc
 import runner_factory as rf
 
-from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
 from vllm_kv_strategies.strategies import C8MXFPStrategy, ModelDims, QuantAttentionStrategy
 
 pytestmark = pytest.mark.skipif(rf.RELEASE != (0, 30), reason="vllm-ascend 0.30's C8 MXFP KV cache only")
@@ -35,11 +32,7 @@ def mxfp_model(block_size: int, head_size: int = 128, heads: int = 2):
 def build(config, plugin, transfer):
     runner = rf.make_runner(config, kv_transfer=transfer)
     runner.vllm_config.cache_config.cache_dtype = "mxfp8"  # what --kv-cache-dtype mxfp8 sets
-    config = copy.deepcopy(config)
-    stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
-    if plugin:
-        return AscendAdapter().initialize_kv_cache_tensors(stock, runner, config, **rf.stock_kwargs(runner, config))
-    return stock(runner, config, **rf.stock_kwargs(runner, config))
+    return (kc.plugin_init if plugin else kc.stock_init)(runner, config)
 
 
 @pytest.mark.parametrize("transfer", [False, True], ids=["plain", "kv_transfer"])

@@ -68,23 +68,18 @@ def worker_of(mk, runner):
 
 
 def build(mk, runner, overlay_budget=False):
-    config = copy.deepcopy(mk.kv_cache_config)
+    """The plugin's build on ``runner``; ``overlay_budget``: as after its worker left the budget whole."""
     if overlay_budget:
         vars(runner)[OVERLAY_BUDGET] = True
-    stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
-    return AscendAdapter().initialize_kv_cache_tensors(stock, runner, config, **rf.stock_kwargs(runner, config))
+    return kc.plugin_init(runner, mk.kv_cache_config)
 
 
 def stock_overlay(mk, transfer=False):
     """Stock's own overlay of the same config: the step3p5 path (one backing, each layer a region)."""
-    runner = mk.make_runner(model_type="step3p5", kv_transfer=transfer)
-    config = copy.deepcopy(mk.kv_cache_config)
-    stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
-    return stock(runner, config, **rf.stock_kwargs(runner, config))
+    return kc.stock_init(mk.make_runner(model_type="step3p5", kv_transfer=transfer), mk.kv_cache_config)
 
 
-def storages(kv):
-    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for value in kv.values() for t in value}
+storages = kc.storages
 
 
 @pytest.mark.parametrize("transfer", [False, True], ids=["plain", "kv_transfer"])

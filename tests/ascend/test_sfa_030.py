@@ -7,15 +7,12 @@ buffer, the scale aligned to its dtype (``_allocate_sparse_c8_indexer_tensors``)
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 import torch
 import kv_compare as kc
 import runner_factory as rf
 
-from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
 from vllm_kv_strategies.errors import UnsupportedSpecError
 
 pytestmark = pytest.mark.skipif(rf.RELEASE != (0, 30), reason="vllm-ascend 0.30's AscendSFAIndexerCacheSpec only")
@@ -33,15 +30,10 @@ VARIANTS = {
 
 def build(mk, plugin, transfer):
     runner = mk.make_runner(kv_transfer=transfer)
-    config = copy.deepcopy(mk.kv_cache_config)
-    stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
-    if plugin:
-        return AscendAdapter().initialize_kv_cache_tensors(stock, runner, config, **rf.stock_kwargs(runner, config))
-    return stock(runner, config, **rf.stock_kwargs(runner, config))
+    return (kc.plugin_init if plugin else kc.stock_init)(runner, mk.kv_cache_config)
 
 
-def storages(kv):
-    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for value in kv.values() for t in value}
+storages = kc.storages
 
 
 @pytest.mark.parametrize("transfer", [False, True], ids=["plain", "kv_transfer"])

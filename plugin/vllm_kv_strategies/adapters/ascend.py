@@ -39,7 +39,6 @@ from ..compat.matrix import Installed, release_before
 from ..errors import UnsupportedSpecError
 from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
 from ..layout.interleaved_kv import interleaved_kv_views
-from ..layout.packets import c8_mxfp_views
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
 from ..strategies.bsh_attention import restate_bsh
@@ -178,7 +177,7 @@ class AscendAdapter(RunnerAdapter):
         shapes = {  # asked of the backends now, so a shape they do not give falls back before allocating
             name: facts.interleaved_kv_shape(runner, name, plan.layers[name].spec, n,
                                              kernel.get(name, plan.layers[name].spec.block_size))
-            for name in interleaved if name in plan.layers
+            for name in interleaved if name in plan.layers and plan.layers[name].family is LayoutFamily.PER_PART
         }
         return AscendPlan(plan, layouts, hybrid, kernel, shapes)
 
@@ -265,9 +264,6 @@ class AscendAdapter(RunnerAdapter):
         convert = facts.format_converter(runner)  # 0.11's cast; stock casts no view on 0.13+
         kv_caches: dict[str, Any] = {}
         for name, lp in plan.layers.items():
-            if lp.strategy.name == "c8_mxfp":  # a packet per kernel block: (k, v, k_scale, v_scale)
-                kv_caches[name] = c8_mxfp_views(raws[name], lp.spec, plan.kv_cache_config.num_blocks, kernel.get(name))
-                continue
             if name in decided.kv_shapes:
                 kv_caches[name] = interleaved_kv_views(raws[name], lp.spec.dtype, decided.kv_shapes[name])
                 continue
@@ -280,6 +276,7 @@ class AscendAdapter(RunnerAdapter):
                 LayoutFamily.PER_PART: tuple,
                 LayoutFamily.STATES: list,
                 LayoutFamily.PLAIN: lambda v: v[0],
+                LayoutFamily.PACKETS: tuple,
             }[lp.family](views)
         return kv_caches
 

@@ -31,7 +31,7 @@ from ..compat.matrix import Installed
 from ..errors import KVCacheLayoutError, UnscaledBudgetError
 from ..layout.ascend import TensorLayout
 from ..layout.budget import check_within_config
-from ..layout.strided import backing_bytes, layer_regions, private_bytes
+from ..layout.strided import backing_bytes, layer_regions
 from ..logger import PREFIX, logger, warn_once
 from ..plan import KVCachePlan
 from ..strategies import LayoutFamily
@@ -79,7 +79,7 @@ def overlay_plan(
     except (KVCacheLayoutError, ValueError) as exc:
         if not vars(runner).get(OVERLAY_BUDGET):
             raise
-        need = private_bytes(kv_cache_config, {name: lp.padded_page_bytes for name, lp in plan.layers.items()})
+        need = facts.private_bytes(kv_cache_config, set(getattr(runner, "runner_only_attn_layers", ()) or ()))
         raise UnscaledBudgetError(
             f"the KV cache budget was left unscaled for the plugin's overlay, which it cannot build ({exc}); stock's "
             f"per-layer buffers would need {need} bytes for a {backing_bytes(kv_cache_config)}-byte plan. Set "

@@ -36,6 +36,7 @@ from ..compat.matrix import Installed
 from ..errors import KVCacheLayoutError, StockWouldFailError, UnsupportedSpecError
 from ..layout.ascend import TensorLayout, layer_views, plan_layout
 from ..layout.interleaved_kv import interleaved_kv_views
+from ..layout.strided import backing_bytes, layer_regions
 from ..logger import PREFIX, warn_once
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
@@ -102,12 +103,15 @@ class AscendV2AllocationAdapter(RunnerAdapter):
         dims = self.layer_dims(getattr(model_config, "hf_text_config", None), forward_context, getattr(model_config, "dtype", None))
         skip = set(shared_layers)
         combined = v2.combined_kv_layers(vllm_config, kv_cache_config)
-        if v2.hybrid(kv_cache_config):
-            try:
-                regions = v2.hybrid_regions(kv_cache_config)
-            except ValueError as exc:
-                raise StockWouldFailError(f"Ascend Model Runner V2 raises on this hybrid KV cache config too: {exc}") from exc
-            return V2Plan(plan_kv_cache(kv_cache_config, dims, skip_layers=skip), combined, [], regions)
+        if facts.is_hybrid(kv_cache_config):  # one backing (V2 lays hybrids out so)
+            misfit = v2.hybrid_stride_misfit(kv_cache_config)
+            if misfit is not None:
+                raise StockWouldFailError(f"Ascend Model Runner V2 raises on this hybrid KV cache config too: {misfit}")
+            plan = plan_kv_cache(kv_cache_config, dims, skip_layers=skip)
+            n = kv_cache_config.num_blocks
+            regions = layer_regions(kv_cache_config, {name: lp.spec.page_size_bytes for name, lp in plan.layers.items()})
+            backing = (backing_bytes(kv_cache_config), {name: (start, n * page) for name, (start, page, _) in regions.items()})
+            return V2Plan(plan, combined, [], backing)
         plan = plan_kv_cache(facts.private_layer_config(kv_cache_config, skip), dims, skip_layers=skip)
         layouts, _ = plan_layout(plan, interleaved_kv=combined)
         return V2Plan(plan, combined, layouts, None)
@@ -202,7 +206,7 @@ class AscendV2AllocationAdapter(RunnerAdapter):
             if not kernel or lp.spec.block_size % kernel:
                 raise KVCacheLayoutError(f"{lp.describe()}: block size {lp.spec.block_size} is not a multiple of the kernel block size {kernel}")
             if name in decided.combined:
-                shape = v2.combined_kv_shape(group.backend, lp.spec, n, kernel, cache_dtype)
+                shape = facts.kv_interleaved_shape(group.backend, lp.spec, n, kernel, cache_dtype)
                 pitch = lp.padded_page_bytes // (lp.spec.block_size // kernel) // lp.spec.dtype.itemsize
                 kv_caches[name] = interleaved_kv_views(raws[name], lp.spec.dtype, shape, pitch)
             else:

@@ -18,10 +18,12 @@ from typing import Any
 from .ascend_strided import (  # noqa: F401  (re-exported: vLLM 0.30's strided form on vllm-ascend 0.30)
     interleaved_kv_layers,
     interleaved_kv_shape,
+    kv_interleaved_shape,
     is_hybrid,
     kernel_block_sizes_by_layer,
     overlay_refusal,
     overlays_groups,
+    private_bytes,
     private_layer_config,
     strided_form,
     unbuilt_layout_reason,

@@ -45,8 +45,16 @@ def layer_specs(kv_cache_config: Any) -> dict[str, Any]:
     }
 
 
-def _is_mamba(spec: Any) -> bool:
+def is_mamba(spec: Any) -> bool:
+    """A Mamba-type spec (``MambaSpec`` and its kinds: states, no K/V)."""
     return hasattr(spec, "shapes") and hasattr(spec, "mamba_type")
+
+
+def is_mla(spec: Any) -> bool:
+    """An MLA-type spec (vLLM's ``MLAAttentionSpec`` and vllm-ascend's subclasses)."""
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    return isinstance(spec, MLAAttentionSpec)
 
 
 def _ascend_config(runner: Any) -> Any:
@@ -56,7 +64,7 @@ def _ascend_config(runner: Any) -> Any:
 def is_hybrid(kv_cache_config: Any) -> bool:
     """Whether the config has Mamba and attention layers (stock's
     ``hybrid_with_attn_and_mamba``, detected across all KV cache groups)."""
-    mamba = [_is_mamba(spec) for spec in layer_specs(kv_cache_config).values()]
+    mamba = [is_mamba(spec) for spec in layer_specs(kv_cache_config).values()]
     return any(mamba) and not all(mamba)
 
 
@@ -114,7 +122,7 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
             found.append(f"packed pages of {name} (state_content_bytes) outside C8 MXFP attention")
         elif name in ("HiddenStateCacheSpec", "AscendSlidingWindowMLASpec", "AscendIndexerKPoolTailSpec"):
             found.append(name)
-        elif not _is_mamba(spec) and spec.page_size_bytes != getattr(spec, "real_page_size_bytes", spec.page_size_bytes):
+        elif not is_mamba(spec) and spec.page_size_bytes != getattr(spec, "real_page_size_bytes", spec.page_size_bytes):
             found.append(f"padded attention pages of {name}")
     if not found:
         return None
@@ -170,14 +178,19 @@ def _layer_backends(runner: Any) -> dict[str, Any]:
     return {name: layer.get_attn_backend() for name, layer in get_layers_from_vllm_config(runner.vllm_config, AttentionLayerBase).items()}
 
 
+def private_bytes(kv_cache_config: Any, skip_layers: Collection[str] = ()) -> int:
+    """Bytes of private buffers of ``num_blocks`` pages per layer (what stock
+    0.30 allocates outside its overlay paths), ``skip_layers`` left out."""
+    pages = [spec.page_size_bytes for name, spec in layer_specs(kv_cache_config).items() if name not in skip_layers]
+    return kv_cache_config.num_blocks * sum(pages)
+
+
 def overlays_groups(kv_cache_config: Any, skip_layers: Collection[str] = ()) -> bool:
     """Whether the config overlays KV cache groups in its one backing (vLLM
-    PR #51718): private buffers of ``num_blocks`` pages per layer, what stock
-    0.30 allocates outside its overlay paths, would exceed the backing."""
+    PR #51718): :func:`private_bytes` would exceed the backing."""
     if not strided_form(kv_cache_config) or len(kv_cache_config.kv_cache_groups) < 2:
         return False
-    pages = [spec.page_size_bytes for name, spec in layer_specs(kv_cache_config).items() if name not in skip_layers]
-    return kv_cache_config.num_blocks * sum(pages) > max(t.size for t in kv_cache_config.kv_cache_tensors)
+    return private_bytes(kv_cache_config, skip_layers) > max(t.size for t in kv_cache_config.kv_cache_tensors)
 
 
 def overlay_refusal(runner: Any, kv_cache_config: Any) -> str | None:
@@ -215,9 +228,9 @@ def overlay_refusal(runner: Any, kv_cache_config: Any) -> str | None:
     layers = get_layers_from_vllm_config(runner.vllm_config, AttentionLayerBase)
     for name, spec in layer_specs(kv_cache_config).items():
         what = f"layer {name!r} ({type(spec).__name__})"
-        if hybrid and _is_mamba(spec):  # states page by page, [conv | ssm | pad] (stock's _adjust_kv_layout)
+        if hybrid and is_mamba(spec):  # states page by page, [conv | ssm | pad] (stock's _adjust_kv_layout)
             continue
-        if not isinstance(spec, AttentionSpec) or "MLA" in type(spec).__name__ or head_size_v(spec) != spec.head_size:
+        if not isinstance(spec, AttentionSpec) or is_mla(spec) or head_size_v(spec) != spec.head_size:
             return f"{what}: only attention with K and V of one head size is overlaid (K|V interleaved per kernel block)"
         if name not in backends or backends[name].is_sparse():
             return f"{what}: no dense attention backend"
@@ -270,21 +283,29 @@ def kernel_block_sizes_by_layer(runner: Any, kv_cache_config: Any, kernel_block_
 
 
 def interleaved_kv_shape(runner: Any, layer: str, spec: Any, num_blocks: int, kernel_block_size: int) -> tuple[int, ...]:
-    """The 5-D ``(2, num_blocks x r, ...)`` shape the layer's attention
-    backend gives its interleaved K/V (``get_kv_cache_shape``: token-major, or
-    head-major under ``VLLM_KV_CACHE_LAYOUT`` HND / LBHNC).
+    """:func:`kv_interleaved_shape` of the layer's own attention backend."""
+    try:
+        return kv_interleaved_shape(_layer_backends(runner)[layer], spec, num_blocks, kernel_block_size)
+    except ValueError as exc:
+        raise ValueError(f"layer {layer!r} ({exc})") from None
+
+
+def kv_interleaved_shape(backend: Any, spec: Any, num_blocks: int, kernel_block_size: int, *cache_dtype: str) -> tuple[int, ...]:
+    """The 5-D ``(2, num_blocks x r, ...)`` shape ``backend`` gives a layer's
+    interleaved K/V (``get_kv_cache_shape``: token-major, or head-major under
+    ``VLLM_KV_CACHE_LAYOUT`` HND / LBHNC; Ascend V2 passes the cache dtype
+    too, ``cache_dtype``).
 
     Raises:
         ValueError: the backend's shape is not 5-D with K/V first, or K and V
             differ in head size (stock then takes another path, which the
             strategies do not build).
     """
-    backend = _layer_backends(runner)[layer]
     rows = num_blocks * (spec.block_size // kernel_block_size)
-    shape = tuple(backend.get_kv_cache_shape(rows, kernel_block_size, spec.num_kv_heads, spec.head_size))
+    shape = tuple(backend.get_kv_cache_shape(rows, kernel_block_size, spec.num_kv_heads, spec.head_size, *cache_dtype))
     if len(shape) != 5 or shape[0] != 2 or head_size_v(spec) != spec.head_size:
         raise ValueError(
-            f"layer {layer!r} ({type(spec).__name__}): {backend.__name__}.get_kv_cache_shape gives {shape} for "
-            f"head sizes {spec.head_size}/{head_size_v(spec)}; only 5-D (2, ...) K|V of equal head sizes are built"
+            f"{type(spec).__name__}: {backend.__name__}.get_kv_cache_shape gives {shape} for head sizes "
+            f"{spec.head_size}/{head_size_v(spec)}; only 5-D (2, ...) K|V of equal head sizes are built"
         )
     return shape

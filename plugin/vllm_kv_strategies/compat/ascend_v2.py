@@ -66,8 +66,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ascend_strided import layer_specs
-from .specs import head_size_v
+from .ascend_strided import is_hybrid, is_mamba, is_mla, layer_specs
 
 #: Spec classes (exact) whose V2 layouts the strategies build.
 BUILT_SPEC_CLASSES = frozenset(
@@ -81,21 +80,6 @@ _UNBUILT_FIELDS = (
 )
 #: The interleaved K|V form (one buffer per layer) and the separate one.
 COMBINED, SPLIT = "combined", "split"
-
-
-def is_mamba(spec: Any) -> bool:
-    return type(spec).__name__ == "MambaSpec"
-
-
-def is_mla(spec: Any) -> bool:
-    return type(spec).__name__ in ("MLAAttentionSpec", "AscendMLAAttentionSpec")
-
-
-def hybrid(kv_cache_config: Any) -> bool:
-    """Whether V2 lays the config out on one hybrid backing (Mamba and
-    attention layers both present)."""
-    specs = layer_specs(kv_cache_config).values()
-    return any(is_mamba(s) for s in specs) and any(not is_mamba(s) for s in specs)
 
 
 def _model_reasons(vllm_config: Any) -> list[str]:
@@ -140,7 +124,7 @@ def _spec_reasons(specs: dict[str, Any]) -> list[str]:
 
 def _tensor_reasons(vllm_config: Any, kv_cache_config: Any, specs: dict[str, Any]) -> list[str]:
     found = []
-    if hybrid(kv_cache_config):
+    if is_hybrid(kv_cache_config):
         if any(is_mla(s) for s in specs.values()):
             found.append("MLA in a hybrid backing ([pad | nope all | rope all])")
         return found
@@ -193,7 +177,7 @@ def combined_kv_layers(vllm_config: Any, kv_cache_config: Any) -> frozenset[str]
     from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
 
     specs = layer_specs(kv_cache_config)
-    if hybrid(kv_cache_config):
+    if is_hybrid(kv_cache_config):
         return frozenset(n for n, s in specs.items() if not is_mamba(s) and not is_mla(s))
     layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)
     out = set()
@@ -207,52 +191,24 @@ def combined_kv_layers(vllm_config: Any, kv_cache_config: Any) -> frozenset[str]
     return frozenset(out)
 
 
-def hybrid_regions(kv_cache_config: Any) -> tuple[int, dict[str, tuple[int, int]]]:
-    """(backing bytes, layer -> (start byte, bytes)) of V2's hybrid backing:
-    layer ``i`` of a tensor at ``offset + i x layer_stride``, ``num_blocks x
-    page`` bytes, as ``_allocate_kv_cache`` places it.
-
-    Raises:
-        ValueError: tensors of different sizes, a stride other than
-            ``num_blocks x page`` / ``page``, or a region past the backing
-            (stock V2 raises on each).
-    """
+def hybrid_stride_misfit(kv_cache_config: Any) -> str | None:
+    """Why stock V2's ``_allocate_kv_cache`` raises on a hybrid config, or
+    None: its tensors must share one backing size, and each layer needs
+    ``layer_stride == num_blocks x page`` and ``block_stride == page``. Where
+    each layer's region lies (and that regions meet only block by block) is
+    :func:`vllm_kv_strategies.layout.strided.layer_regions`."""
     specs = layer_specs(kv_cache_config)
     n = kv_cache_config.num_blocks
     sizes = {t.size for t in kv_cache_config.kv_cache_tensors}
     if len(sizes) != 1:
-        raise ValueError(f"hybrid KV cache tensors of different sizes {sorted(sizes)} cannot share one backing")
-    size = sizes.pop()
-    regions = {}
+        return f"hybrid KV cache tensors of different sizes {sorted(sizes)} cannot share one backing"
     for tid, tensor in enumerate(kv_cache_config.kv_cache_tensors):
-        for i, name in enumerate(tensor.layers):
+        for name in tensor.layers:
             page = specs[name].page_size_bytes
             if tensor.layer_stride != n * page or tensor.block_stride != page:
-                raise ValueError(
+                return (
                     f"layer {name!r} ({type(specs[name]).__name__}) of KV cache tensor {tid}: layer_stride "
                     f"{tensor.layer_stride}, block_stride {tensor.block_stride}; the hybrid backing needs "
                     f"num_blocks {n} x page {page} = {n * page} and {page}"
                 )
-            start = tensor.offset + i * tensor.layer_stride
-            if start + n * page > size:
-                raise ValueError(f"layer {name!r}: region [{start}, {start + n * page}) exceeds the {size}-byte backing")
-            regions[name] = (start, n * page)
-    return size, regions
-
-
-def combined_kv_shape(backend: Any, spec: Any, num_blocks: int, kernel_block_size: int, cache_dtype: str) -> tuple[int, ...]:
-    """The backend's ``(2, num_blocks x r, kernel_block_size, heads, head)``
-    shape V2 views interleaved K|V in (``get_kv_cache_shape`` with the cache
-    dtype, as ``_reshape_kv_cache_v2``).
-
-    Raises:
-        ValueError: not 5-D with K/V first, or K and V of different head sizes.
-    """
-    rows = num_blocks * (spec.block_size // kernel_block_size)
-    shape = tuple(backend.get_kv_cache_shape(rows, kernel_block_size, spec.num_kv_heads, spec.head_size, cache_dtype))
-    if len(shape) != 5 or shape[0] != 2 or head_size_v(spec) != spec.head_size:
-        raise ValueError(
-            f"{type(spec).__name__}: {backend.__name__}.get_kv_cache_shape gives {shape} for head sizes "
-            f"{spec.head_size}/{head_size_v(spec)}; only 5-D (2, ...) K|V of equal head sizes are built"
-        )
-    return shape
+    return None

@@ -46,6 +46,7 @@ from ..strategies import LayoutFamily
 from .budget import check_within_config, refuse_unaligned_hybrid
 from .coallocation import buffer_slices, coallocated_runs
 from .hybrid_kv import Region, state_regions_in_kv, states_in_kv_page
+from .packets import packet_layer_views
 from .strided import crosses_blocks
 
 __all__ = ["TensorLayout", "buffer_slices", "coallocated_runs", "layer_views", "part_regions", "plan_layout"]
@@ -264,7 +265,8 @@ def layer_views(
 ) -> list[Any]:
     """Typed views of one layer, ``(num_blocks * part.blocks, *part.shape)``
     each (attention parts split into kernel blocks where ``kernel_block_size``
-    is smaller than the block).
+    is smaller than the block; a ``PACKETS`` layer's per kernel block:
+    :func:`~vllm_kv_strategies.layout.packets.packet_layer_views`).
 
     ``raw`` is a tuple with one int8 buffer per part, or one int8 buffer
     holding all parts where :func:`part_regions` puts them (``kv_page``: its
@@ -274,6 +276,8 @@ def layer_views(
         KVCacheLayoutError: a part is not aligned to its dtype, or the buffers
             hold fewer than ``num_blocks`` blocks.
     """
+    if lp.family is LayoutFamily.PACKETS:
+        return packet_layer_views(lp, raw, num_blocks, kernel_block_size)
     parts = lp.parts
     if isinstance(raw, tuple):
         chunks = [buf.view(p.dtype).view(-1, *p.shape) for buf, p in zip(raw, parts)]

@@ -1,6 +1,7 @@
-"""Pages packed per kernel block: each packet of ``pitch`` bytes holds its
-parts back to back, each part contiguous inside it (vllm-ascend 0.30's C8
-MXFP cache, :mod:`vllm_kv_strategies.strategies.c8_mxfp`)."""
+"""Pages packed per kernel block (:attr:`~vllm_kv_strategies.strategies.LayoutFamily.PACKETS`):
+each packet of ``pitch`` bytes holds its parts back to back, each part
+contiguous inside it (vllm-ascend 0.30's C8 MXFP cache,
+:mod:`vllm_kv_strategies.strategies.c8_mxfp`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import math
 from typing import Any
 
 from ..errors import KVCacheLayoutError
-from ..strategies.c8_mxfp import VIEW_ORDER, packet_parts
 
 
 def packet_views(raw: Any, parts: tuple, num_packets: int, pitch: int) -> list[Any]:
@@ -38,21 +38,23 @@ def packet_views(raw: Any, parts: tuple, num_packets: int, pitch: int) -> list[A
     return views
 
 
-def c8_mxfp_views(raw: Any, spec: Any, num_blocks: int, kernel_block_size: int | None) -> tuple[Any, ...]:
-    """A C8 MXFP layer's ``(k, v, k_scale, v_scale)``: ``raw`` holds
-    ``num_blocks`` pages, each ``block_size / kernel_block_size`` packets.
+def packet_layer_views(lp: Any, raw: Any, num_blocks: int, kernel_block_size: int | None) -> list[Any]:
+    """A ``PACKETS`` layer's views in its strategy's ``view_order``: ``raw``
+    holds ``num_blocks`` pages, each ``block_size / kernel_block_size`` packets
+    of the strategy's ``packet_parts(spec, kernel_block_size)``.
 
     Raises:
         KVCacheLayoutError: the kernel block does not divide the block or the
             page (see also :func:`packet_views`).
     """
+    spec = lp.spec
     kb = kernel_block_size or spec.block_size
     ratio = spec.block_size // kb
     if spec.block_size % kb or spec.page_size_bytes % ratio:
         raise KVCacheLayoutError(
-            f"C8 MXFP {type(spec).__name__}: block {spec.block_size} tokens / page {spec.page_size_bytes} bytes "
-            f"do not split into {kb}-token kernel blocks"
+            f"{lp.describe()}: block {spec.block_size} tokens / page {spec.page_size_bytes} bytes do not split into "
+            f"{kb}-token kernel blocks"
         )
-    parts = packet_parts(spec, kb)
+    parts = lp.strategy.packet_parts(spec, kb)
     views = dict(zip((p.name for p in parts), packet_views(raw, parts, num_blocks * ratio, spec.page_size_bytes // ratio)))
-    return tuple(views[name] for name in VIEW_ORDER)
+    return [views[name] for name in lp.strategy.view_order]

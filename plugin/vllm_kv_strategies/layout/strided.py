@@ -95,9 +95,3 @@ def layer_regions(kv_cache_config: Any, page_bytes: dict[str, int]) -> dict[str,
                     f"(num_blocks {n}; regions as offset, block stride, bytes per block)"
                 )
     return regions
-
-
-def private_bytes(kv_cache_config: Any, page_bytes: dict[str, int]) -> int:
-    """Bytes that per-layer private buffers of ``num_blocks`` pages need (what
-    stock vllm-ascend 0.30 allocates outside its overlay paths)."""
-    return kv_cache_config.num_blocks * sum(page_bytes.values())

@@ -34,11 +34,16 @@ class LayoutFamily(str, enum.Enum):
       (state), each placed by byte offset.
     * ``PLAIN``: one part in one raw buffer, viewed as a plain tensor and
       bound as such (the hidden-state cache of speculative decoding).
+    * ``PACKETS``: one raw buffer, a packet per kernel block holding the
+      parts back to back (the strategy's ``packet_parts(spec,
+      kernel_block_size)``), bound as a tuple in its ``view_order`` (vllm-ascend
+      0.30's C8 MXFP cache).
     """
 
     PER_PART = "per_part"
     STATES = "states"
     PLAIN = "plain"
+    PACKETS = "packets"
 
 
 @dataclass(frozen=True)

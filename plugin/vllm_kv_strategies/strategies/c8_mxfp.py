@@ -74,10 +74,11 @@ def packet_parts(spec: Any, kernel_block_size: int) -> tuple[PagePart, ...]:
 
 class C8MXFPStrategy(KVCacheStrategy):
     """One buffer per layer, a packet per kernel block
-    (:func:`~vllm_kv_strategies.layout.packets.packet_views`)."""
+    (:func:`~vllm_kv_strategies.layout.packets.packet_layer_views`)."""
 
     name = "c8_mxfp"
-    family = LayoutFamily.PLAIN
+    family = LayoutFamily.PACKETS
+    view_order = VIEW_ORDER
 
     @classmethod
     def spec_types(cls) -> tuple[type, ...]:
@@ -87,6 +88,10 @@ class C8MXFPStrategy(KVCacheStrategy):
 
     def matches(self, spec: Any) -> bool:
         return is_c8_mxfp(spec)
+
+    def packet_parts(self, spec: Any, kernel_block_size: int) -> tuple[PagePart, ...]:
+        """:func:`packet_parts`: one kernel block's packet."""
+        return packet_parts(spec, kernel_block_size)
 
     def page_parts(self, spec: Any, dims: ModelDims) -> tuple[PagePart, ...]:
         """The packet of a whole block (kernel block = block): its sections'
