@@ -42,7 +42,7 @@ import types
 from collections import Counter
 from unittest.mock import MagicMock
 
-__all__ = ["install", "installed_version", "STUB_ROOTS", "is_stub", "format_cast_mock", "npu_calls"]
+__all__ = ["install", "install_npu_device", "installed_version", "STUB_ROOTS", "is_stub", "format_cast_mock", "npu_calls"]
 
 SUPPORTED_VERSIONS = ("0.30.0", "0.23.0", "0.18.0", "0.13.0", "0.11.0")
 
@@ -219,3 +219,19 @@ def install(version: str = "0.23.0", *, import_ops: bool = True) -> None:
     _installed_version = version
     if import_ops and version == "0.23.0":
         importlib.import_module("vllm_ascend.ops")
+
+
+def install_npu_device() -> None:
+    """What importing the real ``torch_npu`` also does to torch, for code that
+    names the device (``plan`` builds vLLM's configs and the runner for device
+    ``npu``): torch's PrivateUse1 backend renamed ``npu`` (so ``torch.device("npu")``
+    parses; no tensor can be made on it here) and ``torch.distributed.is_hccl_available``
+    (False). Process-wide and not undoable (torch allows one rename): call it only in
+    a process of its own (``tests/ascend/plan_stubbed.py``), never in the pytest process."""
+    import torch
+    import torch.distributed
+
+    if torch._C._get_privateuse1_backend_name() != "npu":
+        torch.utils.rename_privateuse1_backend("npu")
+    torch.distributed.is_hccl_available = lambda: False
+

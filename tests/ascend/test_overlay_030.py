@@ -162,13 +162,15 @@ def test_kv_cache_memory_bytes_builds_the_overlay():
 
 
 def test_budget_step_on_a_runner_before_its_attention_groups(patched_runner):
-    """At the budget step the worker's runner has no attention groups and no kernel block
-    sizes yet (``initialize_attn_backend`` runs in ``initialize_kv_cache``): the backends come
-    from the layers and the decision is the same."""
+    """At the budget step the worker's runner has no attention groups, no kernel block
+    sizes and no ``kv_cache_config`` yet (``initialize_kv_cache`` sets them; vLLM's
+    ``_kv_cache_spec_attn_group_iterator`` raises AttributeError without the last): the
+    backends come from the layers and the decision is the same."""
     mk = gpt_oss_like()
     runner = mk.make_runner(model_type="gpt_oss")
     runner.attn_groups = []
     vars(runner).pop("kernel_block_sizes", None)
+    vars(runner).pop("kv_cache_config")
     assert MultiGroupBudgetAdapter().scale(stock_scale(), worker_of(mk, runner), 1 << 30) == 1 << 30
     assert vars(runner)[OVERLAY_BUDGET] is True
 

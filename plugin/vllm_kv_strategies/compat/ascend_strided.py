@@ -168,8 +168,11 @@ def private_layer_config(kv_cache_config: Any, skip_layers: Collection[str] = ()
 def _layer_backends(runner: Any) -> dict[str, Any]:
     """layer -> its attention backend class: from the runner's attention
     groups once they exist, else (the worker's budget step, before
-    ``initialize_attn_backend``) from each layer's ``get_attn_backend()``."""
-    backends = {name: group.backend for group in runner._kv_cache_spec_attn_group_iterator() for name in group.layer_names}
+    ``initialize_attn_backend``, when a real runner has no ``kv_cache_config``
+    yet) from each layer's ``get_attn_backend()``."""
+    backends = {}
+    if getattr(runner, "kv_cache_config", None) is not None:
+        backends = {name: group.backend for group in runner._kv_cache_spec_attn_group_iterator() for name in group.layer_names}
     if backends:
         return backends
     from vllm.config import get_layers_from_vllm_config

@@ -104,16 +104,12 @@ def check_outputs(args) -> None:
             raise BadInput(f"--{name.replace('_', '-')} {value}: must be positive")
 
 
-def check_platform() -> None:
-    """:class:`BadInput` where vllm-ascend is installed: its ``NPUModelRunner``
-    collects specs of its own (Ascend spec classes, 0.30's replaced planner), which
-    plan does not reproduce yet; an upstream vLLM plan there would be wrong."""
+def on_ascend() -> bool:
+    """Whether vllm-ascend is installed: then each side, stock and the plugin,
+    is planned and built by its own code (:mod:`.ascend`)."""
     from ..compat import Installed
 
-    installed = Installed.detect()
-    if installed.platform == "ascend":
-        raise BadInput(f"plan does not plan for vllm-ascend yet (vllm-ascend {installed.vllm_ascend} is installed): "
-                       "its NPUModelRunner's specs and planner differ from upstream vLLM's; run plan where upstream vLLM is installed")
+    return Installed.detect().platform == "ascend"
 
 
 def check_architecture(config: dict) -> None:
@@ -128,7 +124,10 @@ def check_architecture(config: dict) -> None:
 
 def engine_parser():
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # vLLM 0.11
+        from vllm.utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser(
         prog="python -m vllm_kv_strategies plan", description=DESCRIPTION, epilog=EPILOG,
@@ -161,7 +160,6 @@ def _run(argv: list[str]) -> int:
     if not any(a == "-h" or a.startswith("--help") for a in argv):
         known, _ = own_arguments(argparse.ArgumentParser(add_help=False, prog="python -m vllm_kv_strategies plan")).parse_known_args(argv)
         config = check_model_dir(known.model_dir)
-    check_platform()
     _progress("importing vLLM (10-30 s on a CPU)")
     try:
         parser = engine_parser()
@@ -184,7 +182,12 @@ def _run(argv: list[str]) -> int:
         raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
                        "or --device NAME / --device-memory-gib GIB (an estimate)")
     try:
-        prediction = predict.predict(vllm_config, budget_for, progress=_progress)
+        if on_ascend():
+            from .ascend import predict_ascend
+
+            prediction = predict_ascend(EngineArgs.from_cli_args(args), budget_for, progress=_progress)
+        else:
+            prediction = predict.predict(vllm_config, budget_for, progress=_progress)
     except BadInput:
         raise
     except Exception as exc:  # vLLM fails to build the model without weights (e.g. on data it computes at build)

@@ -67,6 +67,36 @@ def _init_groups(vllm_config) -> None:
 
 
 @contextlib.contextmanager
+def on_meta(default: bool = True):
+    """torch's meta device for every tensor a model or runner builds without a
+    device or on an accelerator (``torch.empty(..., device=current_platform.device_type)``,
+    e.g. vLLM's ``RMSNormGated``): torch's own ``DeviceContext`` sets only a
+    missing ``device``; this mode also replaces an accelerator's, so that
+    planning never touches one (or needs one). Host tensors asked for by name
+    (``device="cpu"``: a runner's pinned staging buffers) stay on the host."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._device import _device_constructors
+
+    constructors = _device_constructors()
+
+    class _Meta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in constructors:
+                kwargs.pop("pin_memory", None)  # pinning asks the accelerator for host memory
+                device = kwargs.get("device")
+                if (device is None and default) or (device is not None and torch.device(device).type not in ("cpu", "meta")):
+                    kwargs["device"] = "meta"
+            elif func is torch.Tensor.pin_memory:
+                return args[0]
+            return func(*args, **kwargs)
+
+    with _Meta():
+        yield
+
+
+@contextlib.contextmanager
 def as_rank(sizes: dict[str, int], ranks: dict[str, int]):
     """vLLM's groups named in ``sizes`` (``"_TP"``, ``"_PP"``, ``"_DCP"``,
     ``"_PCP"``) seen as that size with this process at ``ranks[name]``."""
@@ -126,29 +156,39 @@ def update_block_size(vllm_config) -> None:
             update(vllm_config)
 
 
-def build_stage(vllm_config, pp_rank: int) -> tuple[dict[str, Any], dict[str, str], int, int, dict[str, Any]]:
+def _set_default_torch_dtype():
+    try:
+        from vllm.utils.torch_utils import set_default_torch_dtype
+    except ImportError:  # vLLM 0.11
+        from vllm.model_executor.model_loader.utils import set_default_torch_dtype
+    return set_default_torch_dtype
+
+
+def build_stage(vllm_config, pp_rank: int, collect=collect_specs) -> tuple[dict[str, Any], dict[str, str], int, int, dict[str, Any]]:
     """The specs of pipeline stage ``pp_rank`` (TP rank 0: every TP rank of a
     stage has the same specs, which vLLM's planner asserts), the KV-sharing
     layers, and the rank's parameter count (elements) and bytes (numel x
     element size, in the dtypes vLLM creates them), the model built by
     ``initialize_model`` on the meta device, and its static forward context
-    (layer name -> module)."""
-    import torch
+    (layer name -> module). ``collect(vllm_config) -> (specs, shared)`` runs
+    while the stage's layers are in the forward context (default: V1's
+    :func:`collect_specs`)."""
     from vllm.model_executor.model_loader.utils import initialize_model
-    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    set_default_torch_dtype = _set_default_torch_dtype()
 
     forward_context = vllm_config.compilation_config.static_forward_context
     forward_context.clear()
     model_config = vllm_config.model_config
     with as_rank(parallel_sizes(vllm_config), {"_PP": pp_rank}):
-        with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
+        with set_default_torch_dtype(model_config.dtype), on_meta():
             model = initialize_model(vllm_config=vllm_config, model_config=model_config)
             speculative = vllm_config.speculative_config
             draft = getattr(speculative, "draft_model_config", None)
             if draft is not None and draft is not model_config:
                 model = [model, initialize_model(vllm_config=vllm_config, model_config=draft)]
         update_block_size(vllm_config)
-        specs, shared = collect_specs(vllm_config)
+        specs, shared = collect(vllm_config)
     models = model if isinstance(model, list) else [model]
     params = [p for m in models for p in m.parameters()]
     layers = dict(forward_context)

@@ -53,6 +53,8 @@ class Prediction:
     param_bytes: list[int]
     refusal: str | None = None
     sides: list[Any] = dataclasses.field(default_factory=list)
+    #: on vllm-ascend: ``{"stock": Side, "plugin": Side}`` (:mod:`.ascend`), each planned and built by its own code
+    ascend: dict[str, Any] | None = None
     tokens: int | None = None
     max_concurrency: float | None = None
     seconds: float = 0.0
@@ -68,16 +70,17 @@ def engine_config(engine_args):
         return engine_args.create_engine_config()
 
 
-def worker_specs(vllm_config, progress=None) -> tuple[list[dict], list[dict], list[int], list[int]]:
+def worker_specs(vllm_config, progress=None, collect=deploy_model.collect_specs) -> tuple[list[dict], list[dict], list[int], list[int]]:
     """``(specs per worker, per stage its shared layers and forward context, params per stage, their bytes)``:
-    the model built once per pipeline stage; every TP rank of a stage gets its specs."""
+    the model built once per pipeline stage; every TP rank of a stage gets its specs
+    (``collect``: :func:`.model.build_stage`'s)."""
     parallel = vllm_config.parallel_config
     deploy_model.init_distributed(vllm_config)
     per_worker, stages, params, param_bytes = [], [], [], []
     for pp_rank in range(parallel.pipeline_parallel_size):
         if progress is not None:
             progress(f"building the model on the meta device (pipeline stage {pp_rank} of {parallel.pipeline_parallel_size})")
-        specs, stage_shared, stage_params, stage_bytes, layers = deploy_model.build_stage(vllm_config, pp_rank)
+        specs, stage_shared, stage_params, stage_bytes, layers = deploy_model.build_stage(vllm_config, pp_rank, collect)
         per_worker += [specs] * parallel.tensor_parallel_size
         stages.append({"shared": stage_shared, "layers": layers})
         params.append(stage_params)
@@ -88,11 +91,15 @@ def worker_specs(vllm_config, progress=None) -> tuple[list[dict], list[dict], li
 def resolve_layout(vllm_config, per_worker: list[dict]) -> None:
     """The KV cache layout as ``EngineCore._initialize_kv_caches`` resolves it
     and its workers' ``set_kv_cache_layout`` record it."""
+    from types import SimpleNamespace
+
     from vllm.config import set_current_vllm_config
-    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
     from vllm.v1.worker.worker_base import WorkerBase
 
-    from types import SimpleNamespace
+    try:
+        from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    except ImportError:  # before vLLM 0.30 the layout is the platform's (or VLLM_KV_CACHE_LAYOUT)
+        return
 
     worker = SimpleNamespace(vllm_config=vllm_config)
     with set_current_vllm_config(vllm_config):
@@ -116,17 +123,10 @@ def worker_budget(vllm_config, kv_cache_memory_bytes: int) -> int:
     )
 
 
-def capacity(vllm_config, scheduler_config) -> tuple[int, float]:
-    """``(tokens, max concurrency)`` as vLLM logs them ("KV cache size: N
-    tokens, Maximum concurrency for L tokens per request: Cx"): its own
-    ``get_kv_cache_capacity`` of the scheduler's config."""
-    tokens, concurrency = planner_function("get_kv_cache_capacity")(vllm_config, scheduler_config)
-    return int(tokens), float(concurrency)
-
-
-def plan_budget(vllm_config, per_worker: list[dict], budget: int) -> tuple[list, str | None]:
-    """``(configs per worker, refusal)``: vLLM's ``get_kv_cache_configs``; its
-    ``ValueError`` (not enough memory, no blocks, ...) is the refusal."""
+def plan_budget(vllm_config, per_worker: list[dict], budget: int | list[int]) -> tuple[list, str | None]:
+    """``(configs per worker, refusal)``: vLLM's ``get_kv_cache_configs`` of
+    ``budget`` bytes per worker (one for all, or a list); its ``ValueError``
+    (not enough memory, no blocks, ...) is the refusal."""
     import copy
 
     from vllm.config import set_current_vllm_config
@@ -141,12 +141,28 @@ def plan_budget(vllm_config, per_worker: list[dict], budget: int) -> tuple[list,
         else:
             register_all_kvcache_specs(vllm_config)
         try:
-            configs = get_kv_cache_configs(vllm_config, specs, [budget] * len(specs))
+            budgets = budget if isinstance(budget, list) else [budget] * len(specs)
+            configs = get_kv_cache_configs(vllm_config, specs, budgets)
         except ValueError as exc:
             return [], str(exc)
     for config in configs:
         config.kv_cache_layout = getattr(vllm_config.cache_config, "kv_cache_layout", None)
     return [copy.deepcopy(c) for c in configs], None
+
+
+def capacity_of(vllm_config, workers: list) -> tuple[int | None, float | None]:
+    """:func:`capacity` of the workers' configs as the engine core gives them
+    to its scheduler; ``(None, None)`` where vLLM has no ``get_kv_cache_capacity``
+    (before 0.30 its engine logs the size from a private function)."""
+    if not workers or not workers[0].kv_cache_groups:
+        return None, None
+    try:
+        get_capacity = planner_function("get_kv_cache_capacity")
+    except ImportError:
+        return None, None
+    scheduler_config = planner_function("generate_scheduler_kv_cache_config")(workers)
+    tokens, concurrency = get_capacity(vllm_config, scheduler_config)
+    return int(tokens), float(concurrency)
 
 
 def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None) -> Prediction:
@@ -164,9 +180,8 @@ def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None
         budget.bytes = worker_budget(vllm_config, budget.bytes)
     workers, refusal = plan_budget(vllm_config, per_worker, budget.bytes)
     prediction = Prediction(vllm_config, budget, workers, per_worker, stages, params, param_bytes, refusal)
+    prediction.tokens, prediction.max_concurrency = capacity_of(vllm_config, workers)
     if workers and workers[0].kv_cache_groups:
-        scheduler_config = planner_function("generate_scheduler_kv_cache_config")(workers)
-        prediction.tokens, prediction.max_concurrency = capacity(vllm_config, scheduler_config)
         from .plugin_side import sides
 
         tp = vllm_config.parallel_config.tensor_parallel_size

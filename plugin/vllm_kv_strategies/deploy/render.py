@@ -78,7 +78,7 @@ def table(prediction, model_dir: str) -> str:
         return "\n".join(lines)
     if prediction.refusal:
         lines.append(f"vLLM refuses (its own words): {prediction.refusal}")
-        return "\n".join(lines)
+        return "\n".join(lines + ascend_lines(prediction))
     lines.append("")
     lines.append(f"{'rank':>4} {'pp':>3} {'tp':>3} {'group':>5} {'kind':28} {'layers':>6} {'block':>6} "
                  f"{'page bytes':>12} {'num_blocks':>11} {'token slots':>12}")
@@ -94,8 +94,47 @@ def table(prediction, model_dir: str) -> str:
     distinct = {side.line(): w for w, side in reversed(list(enumerate(prediction.sides)))}
     for line, worker in sorted(distinct.items(), key=lambda item: item[1]):
         lines.append(line if len(distinct) == 1 else f"rank {worker}: {line}")
+    lines += ascend_lines(prediction)
     lines.append(f"planned in {prediction.seconds:.1f} s")
     return "\n".join(lines)
+
+
+def ascend_lines(prediction) -> list[str]:
+    """On vllm-ascend, one paragraph per side: its budget after the worker's
+    step, vLLM's plan of it and what its own build allocates."""
+    if not prediction.ascend:
+        return []
+    release = _installed()["vllm_ascend"]
+    lines = [""]
+    for name, label in (("stock", f"stock vllm-ascend {release}"), ("plugin", "with the plugin")):
+        side = prediction.ascend[name]
+        stock_scale = prediction.ascend["stock"].scale
+        step = (f"scaled by {side.scale:.4f} by the worker's budget step" if side.scale != 1.0 else
+                f"left unscaled for vLLM's overlay, which the plugin builds" if stock_scale != 1.0 else "as given")
+        lines.append(f"{label}: budget {side.budget:,} bytes per worker ({step})")
+        if side.refusal:
+            lines.append(f"  vLLM refuses (its own words): {side.refusal}")
+            continue
+        rows = group_rows(side.workers[0])
+        blocks = ", ".join(sorted({f"{row['kind']} {row['block_size']}" for row in rows}))
+        attention = [row["token_slots"] for row in rows if "attention" in row["kind"] or "mla" in row["kind"]]
+        capacity = (f"; vLLM would log KV cache size: {side.tokens:,} tokens ({side.max_concurrency:.2f}x)"
+                    if side.tokens is not None else
+                    f"; {min(attention):,} token slots per attention group" if attention else "")
+        lines.append(f"  num_blocks {side.num_blocks:,} (block size: {blocks}){capacity}")
+        if side.plugin_refusal:
+            lines.append(f"  the plugin would not build it (KV_STRATEGIES=auto: stock builds this config, one warning): "
+                         f"{side.plugin_refusal}")
+        if side.build_error:
+            lines.append(f"  its own KV cache build raises on this config: {side.build_error}")
+            continue
+        allocated = side.allocated[0]
+        lines.append(f"  allocates {allocated:,} bytes per worker = {allocated / side.budget:.2f} x the budget"
+                     if side.budget > 0 else f"  allocates {allocated:,} bytes per worker")
+        if allocated > side.budget:
+            lines.append(f"  {allocated - side.budget:,} bytes beyond the budget: out of memory at KV cache "
+                         "initialisation unless the device has that much free beyond it")
+    return lines
 
 
 def as_json(prediction, model_dir: str) -> dict:
@@ -140,5 +179,6 @@ def as_json(prediction, model_dir: str) -> dict:
         "plugin": [{"layers_per_strategy": side.plugin_layers, "refusal": side.plugin_refusal,
                     "stock_would_fail": side.stock_would_fail} for side in prediction.sides],
         "ranks": ranks,
+        "ascend": {name: side.as_json() for name, side in prediction.ascend.items()} if prediction.ascend else None,
         "seconds": round(prediction.seconds, 2),
     }
