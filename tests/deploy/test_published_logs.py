@@ -52,7 +52,7 @@ def plan(tmp_path: Path, capsys, name: str, budget: int, *args: str) -> tuple[di
 
 
 def check_log(tmp_path, capsys, name: str, args: list[str], logged_gib: str, tokens: int, max_model_len: int,
-              concurrency: str, layers: int, page: int) -> None:
+              concurrency: str, layers: int, page: int, bracket: tuple[int, int]) -> None:
     """The bracket and the exact witness for one log (see the module docstring)."""
     low, high = budget_interval(logged_gib)
     (at_low, _), (at_high, _) = (plan(tmp_path, capsys, name, b, *args) for b in (low, high))
@@ -63,7 +63,8 @@ def check_log(tmp_path, capsys, name: str, args: list[str], logged_gib: str, tok
         assert (group["kind"], group["block_size"], len(group["layers"]), pages) == ("full_attention", 16, layers, {page})
     per_block = layers * page
     assert (at_low["num_blocks"], at_high["num_blocks"]) == (low // per_block, high // per_block)
-    assert at_low["tokens"] <= tokens <= at_high["tokens"], (at_low["tokens"], tokens, at_high["tokens"])
+    assert (at_low["tokens"], at_high["tokens"]) == bracket
+    assert bracket[0] <= tokens <= bracket[1]
     witness = tokens // 16 * per_block
     assert low <= witness <= high
     data, out = plan(tmp_path, capsys, name, witness, *args)
@@ -78,7 +79,7 @@ def test_qwen3_14b_lmcache_1739(tmp_path, capsys):
     Page per layer: 16 tokens x (K, V) x 8 KV heads x 128 x 2 bytes = 65,536; 40 layers:
     6.51 GiB +- 0.005 gives 2,664 .. 2,668 blocks (42,624 .. 42,688 tokens); the log's 2,666 is between."""
     check_log(tmp_path, capsys, "qwen3-14b", ["--max-model-len", "32768", "--block-size", "16"], "6.51", 42_656, 32_768,
-              "1.30", layers=40, page=65_536)
+              "1.30", layers=40, page=65_536, bracket=(42_624, 42_688))
 
 
 def test_qwen3_0_6b_vllm_pr_24577(tmp_path, capsys):
@@ -88,4 +89,4 @@ def test_qwen3_0_6b_vllm_pr_24577(tmp_path, capsys):
     "Maximum concurrency for 4,096 tokens per request: 159.21x". 28 layers of 65,536-byte pages:
     69.66 GiB +- 0.005 gives 40,758 .. 40,763 blocks (652,128 .. 652,208 tokens); the log's 40,759 is between."""
     check_log(tmp_path, capsys, "qwen3-0.6b", ["--max-model-len", "4096", "--block-size", "16"], "69.66", 652_144, 4_096,
-              "159.21", layers=28, page=65_536)
+              "159.21", layers=28, page=65_536, bracket=(652_128, 652_208))
