@@ -29,7 +29,7 @@ environment cannot be installed fails before any test runs.
     tools/nox.sh -s zoo                               # the whole model zoo (tests/zoo), with its table
     tools/nox.sh -s zoo-ascend-0.23.0                 # the whole Ascend model zoo on one release (not in CI)
     tools/nox.sh -s distributed                       # PP 2 / DP 2 end to end (not in CI)
-    tools/nox.sh -s plan-e2e                          # plan against the engine: dense, hybrid, MLA (not in CI)
+    tools/nox.sh -s plan-e2e                          # plan against the engine: dense, hybrid, MLA, sliding + full (not in CI)
 
 Environments are reused between runs and synchronised with their pins (what
 they change is reinstalled, what they drop is uninstalled), and this checkout
@@ -252,8 +252,8 @@ def distributed(session: nox.Session) -> None:
 
 @nox.session(name="plan-e2e", default=False)
 def plan_e2e(session: nox.Session) -> None:
-    """``plan`` against the engine for the dense, hybrid (Qwen3-Next) and MLA (DeepSeek-V2) tiny
-    models (tests/e2e/test_plan_e2e.py with PLAN_E2E_KINDS=all, about 3.5 min; the upstream-0.32.0
+    """``plan`` against the engine for the dense, hybrid (Qwen3-Next), MLA (DeepSeek-V2) and sliding +
+    full (Gemma 3) tiny models (tests/e2e/test_plan_e2e.py with PLAN_E2E_KINDS=all, about 4.5 min; the upstream-0.32.0
     cell runs the dense one) in the newest CPU cell's pinned environment; not in the default matrix."""
     _install(session, f"upstream-{RUNS_MODELS[0]}")
     session.run("python", "-m", "pytest", "tests/e2e/test_plan_e2e.py", "-p", "no:cacheprovider", *session.posargs,

@@ -9,7 +9,9 @@ report of what it built.
 
 The dense model runs in the upstream-0.32.0 cell; ``PLAN_E2E_KINDS=all`` (the
 nox session ``plan-e2e``) adds the hybrid (Qwen3-Next: gated delta net + full
-attention) and MLA (DeepSeek-V2) models, about 1.5 min each on 2 cores.
+attention), MLA (DeepSeek-V2) and sliding + full (Gemma 3: five sliding-window
+layers of window 64 and one full-attention layer, each its own KV cache group)
+models, about 1-1.5 min each on 2 cores.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = float(os.environ.get("E2E_RUN_TIMEOUT", "900"))
-KINDS = ("llama", "qwen3_next", "deepseek_v2") if os.environ.get("PLAN_E2E_KINDS") == "all" else ("llama",)
+KINDS = ("llama", "qwen3_next", "deepseek_v2", "gemma3") if os.environ.get("PLAN_E2E_KINDS") == "all" else ("llama",)
 #: Not a multiple of any page: the planner's floor division is part of what is compared.
 BUDGET = 50_000_000
 ENGINE_ARGS = ["--max-model-len", "1024", "--kv-cache-memory-bytes", str(BUDGET)]
