@@ -420,6 +420,7 @@ def make_runner(
     device: str | torch.device = "cpu",
     mamba_layer: type | None = None,
     paged_attention: bool = False,
+    dcp_size: int = 1,
 ) -> NPUModelRunner:
     """A real NPUModelRunner made with ``__new__`` carrying what the stock KV code reads.
 
@@ -448,7 +449,9 @@ def make_runner(
     cudagraph mode ``FULL_DECODE_ONLY`` and a non-empty ``pa_shape_list``; by default (cudagraph
     mode ``FULL_AND_PIECEWISE``, no ``pa_shape_list``, as on a CPU config) it is false.
     ``runner.kernel_block_sizes`` is set as stock ``initialize_kv_cache`` sets it before building
-    the cache (:func:`kernel_block_sizes`).
+    the cache (:func:`kernel_block_sizes`). ``dcp_size``: the decode context parallel size (the
+    DCP group's world size, ``use_dcp`` when > 1); with a packed SFA C8 main cache the runner's
+    ``c8_cache_dtype`` is derived from the cache dtype string as its ``__init__`` does.
     """
     layer_specs = _layer_specs(kv_cache_config)
     kinds = {name: _kind_of(spec, attention_kind) for name, spec in layer_specs.items()}
@@ -525,9 +528,14 @@ def make_runner(
         shared_kv_cache_layers=shared,
         # 0.30 (NPUModelRunner.__init__ / its properties): use_dcp is dcp_size > 1
         ascend_config=ascend_config,
-        dcp_size=1,
+        dcp_size=dcp_size,
         sparse_kv_offload_enabled=False,
     )
+    sfa_c8 = [s for s in layer_specs.values() if getattr(s, "cache_sparse_sfa_c8", False)]
+    if RELEASE >= (0, 30) and sfa_c8:  # NPUModelRunner.__init__: kv_cache_dtype_str_to_dtype(cache_dtype)
+        from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype  # noqa: PLC0415
+
+        attrs["c8_cache_dtype"] = kv_cache_dtype_str_to_dtype(sfa_c8[0].cache_dtype_str, model_config)
     if use_sparse and hasattr(sparse_specs[0], "c8_k_cache_dtype"):
         # NPUModelRunner.__init__ derives these from the device; the specs carry the same values
         attrs["c8_k_cache_dtype"] = sparse_specs[0].c8_k_cache_dtype
@@ -536,7 +544,7 @@ def make_runner(
     # Only what this release's runner has: what its stock KV code reads, plus the state every
     # runner sets up before it (0.11 creates shared_kv_cache_layers only for KV-sharing models).
     keep = set(RUNNER_ATTRS) | {"kv_cache_config", "attn_groups", "use_hybrid_blocks", "use_sparse"}
-    keep |= {"c8_k_cache_dtype", "c8_k_scale_cache_dtype"} | ({"shared_kv_cache_layers"} if shared else set())
+    keep |= {"c8_k_cache_dtype", "c8_k_scale_cache_dtype", "c8_cache_dtype"} | ({"shared_kv_cache_layers"} if shared else set())
     attrs = {k: v for k, v in attrs.items() if k in keep}
     if trace:
         object.__setattr__(runner, "_reads", set())
@@ -831,13 +839,14 @@ def deepseek_v32(
     block_size: int = 128,
     *,
     li_c8: bool = False,
-    sfa_c8: bool = False,
+    sfa_c8: bool | str = False,
     rep: int = 1,
     indexer_layers: Iterable[int] | None = None,
     li_c8_layers: Iterable[int] | None = None,
     num_layers: int = 61,
     mtp_layers: int = 0,
     li_c4: bool = False,
+    turboquant: bool = False,
 ) -> ModelKV:
     """DeepSeek-V3.2-Exp (sparse MLA / DSA): 61 layers, each with an indexer key cache
     (``num_layers``; ``mtp_layers`` MTP draft layers of the same spec follow, as in
@@ -856,6 +865,10 @@ def deepseek_v32(
       indexer of their own, the others get ``sparse_head_dim=(512, 64, 0)`` (or (656, 0, 0));
       ``li_c8_layers`` (default all when ``li_c8``): the layers the quant config lists for LI C8
       (``is_sparse_li_c8_layer``), the others keep a bf16 indexer;
+    * 0.30: the main cache a layer of its own (``AscendMLAAttentionSpec``) and the indexer key
+      another (``AscendSFAIndexerCacheSpec``); ``sfa_c8`` / ``turboquant`` pack the main cache into
+      one row (:func:`_main_sfa_spec_030`); ``rep`` is the DCP size: the runner's ``dcp_size`` and
+      the indexer's ``sfa_dcp_replicated_indexer_size``;
     * 0.11 / 0.13 (``LEGACY_SPARSE``): a plain ``FullAttentionSpec(num_kv_heads=1,
       head_size=576)``, a K+V page of twice the MLA latent; the runner's ``use_sparse`` and the
       sparse backend tell the layers apart. No C8 variants."""
@@ -873,14 +886,15 @@ def deepseek_v32(
         # indexer key a layer of its own (DeepseekV32IndexerCache at ``...self_attn.indexer.k_cache``)
         # with an AscendSFAIndexerCacheSpec (1 head of index_head_dim 128), as
         # NPUModelRunner.get_kv_cache_spec emits them.
-        assert not sfa_c8 and rep == 1 and indexer_layers is None and li_c8_layers is None, (
-            "the 0.30 DeepSeek V3.2 builder has no SFA C8, DCP-replicated or per-layer indexer variants"
+        assert indexer_layers is None and li_c8_layers is None, (
+            "the 0.30 DeepSeek V3.2 builder has no per-layer indexer variants"
         )
         from vllm_ascend.core.kv_cache_interface import AscendSFAIndexerCacheSpec  # noqa: PLC0415
 
-        main = AscendMLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=576, dtype=BF16, cache_dtype_str="auto")
+        main = _main_sfa_spec_030(block_size, sfa_c8, turboquant)
         # as NPUModelRunner.get_kv_cache_spec (0.30) emits the indexer: LI C8 int8 keys + one fp16 scale per
-        # token (A2's c8 dtypes), LI C4 uint8 keys of half the head + e8m0 scales of head / 32
+        # token (A2's c8 dtypes), LI C4 uint8 keys of half the head + e8m0 scales of head / 32; with DCP its
+        # sfa_dcp_replicated_indexer_size is the DCP size (enable_sfa_dcp_replicated_indexer: an SFA model)
         quant = (
             dict(head_size=64, dtype=torch.uint8, cache_dtype_str="int8", scale_dim=4, scale_dtype=torch.float8_e8m0fnu,
                  cache_sparse_li_c4=True) if li_c4
@@ -888,12 +902,12 @@ def deepseek_v32(
                       cache_sparse_li_c8=True) if li_c8
             else dict(head_size=128, dtype=BF16, cache_dtype_str="auto")
         )
-        indexer = AscendSFAIndexerCacheSpec(block_size=block_size, num_kv_heads=1, **quant)
+        indexer = AscendSFAIndexerCacheSpec(block_size=block_size, num_kv_heads=1, sfa_dcp_replicated_indexer_size=rep, **quant)
         specs = {}
         for name in layers:
             specs[name] = main
             specs[name.replace(".attn", ".indexer.k_cache")] = indexer
-        kwargs["attention_kind"] = "sfa"
+        kwargs.update(attention_kind="sfa", dcp_size=rep)
         return ModelKV("DeepSeek-V3.2-Exp", tp, build_kv_cache_config(specs, num_blocks), specs, kwargs)
     fields = {f.name for f in dataclasses.fields(AscendMLAAttentionSpec)}
     assert (rep == 1 and indexer_layers is None and li_c8_layers is None) or "cache_sparse_li_c8" in fields, (
@@ -930,6 +944,27 @@ def deepseek_v32(
     return ModelKV(
         "DeepSeek-V3.2-Exp" + suffix, tp, build_kv_cache_config(specs, num_blocks), specs, kwargs
     )
+
+
+def _main_sfa_spec_030(block_size: int, sfa_c8: bool | str, turboquant: bool) -> Any:
+    """DeepSeek V3.2's main cache as ``NPUModelRunner.get_kv_cache_spec`` (0.30) emits it: the
+    bf16 latent (512 + 64); with ``sfa_c8`` (``--kv-cache-dtype int8``, or the dtype string given:
+    ``"fp8"``) one packed row of ``get_sfa_qsfa_packed_head_dim(512, 64)`` = 656 bytes in the C8
+    dtype; with ``turboquant`` (``--kv-cache-dtype turboquant_4bit_nc``) one int8 row of
+    ``get_tq_fused_slot_bytes(512, 64)`` = 386 bytes."""
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype  # noqa: PLC0415
+    from vllm_ascend.attention.utils import get_sfa_qsfa_packed_head_dim, get_tq_fused_slot_bytes  # noqa: PLC0415
+
+    assert not (sfa_c8 and turboquant), "SFA C8 and TurboQuant are two cache dtypes"
+    packed: dict[str, Any] = dict(head_size=576, dtype=BF16, cache_dtype_str="auto")
+    if sfa_c8:
+        cache_dtype = sfa_c8 if isinstance(sfa_c8, str) else "int8"
+        packed = dict(head_size=get_sfa_qsfa_packed_head_dim(512, 64), cache_dtype_str=cache_dtype,
+                      dtype=kv_cache_dtype_str_to_dtype(cache_dtype, None), cache_sparse_sfa_c8=True)
+    elif turboquant:
+        packed = dict(head_size=get_tq_fused_slot_bytes(512, 64), dtype=torch.int8,
+                      cache_dtype_str="turboquant_4bit_nc", cache_sparse_sfa_turboquant=True)
+    return AscendMLAAttentionSpec(block_size=block_size, num_kv_heads=1, **packed)
 
 
 def _qwen3_next_hf_config(num_key_value_heads: int = 2, num_hidden_layers: int = 48):

@@ -230,10 +230,10 @@ PLAIN_RUNNER = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=Simpl
 @pytest.mark.parametrize(
     ("runner", "specs", "named"),
     [
-        (SimpleNamespace(dcp_size=2), {"a.attn": _attn()}, "decode context parallelism"),
-        (PLAIN_RUNNER, {"a.attn": rf.AscendMLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=576,
-                                                            dtype=torch.bfloat16, cache_sparse_sfa_c8=True)},
-         "packed SFA C8 / TurboQuant main caches"),
+        (SimpleNamespace(c8_cache_dtype=torch.float8_e4m3fn),
+         {"a.attn": rf.AscendMLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=656, dtype=torch.int8,
+                                              cache_sparse_sfa_c8=True)},
+         "packed SFA C8 main caches of another dtype than the runner's c8_cache_dtype torch.float8_e4m3fn"),
         (SimpleNamespace(use_compress=True), {"a.attn": _attn()}, "compressed KV cache (use_compress)"),
         (SimpleNamespace(sparse_kv_offload_enabled=True), {"a.attn": _attn()}, "sparse KV offload (store_on_host)"),
         (SimpleNamespace(ascend_config=SimpleNamespace(kvpp_config=SimpleNamespace(size=2))), {"a.attn": _attn()}, "KVPP"),

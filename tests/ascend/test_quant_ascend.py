@@ -68,7 +68,7 @@ NO_KV_CACHE_DTYPE_030 = (
 )
 A5_030 = (
     "vllm-ascend 0.30 has no get_ascend_device_type in core.kv_cache_interface (the a5 fixture's patch); "
-    "the A5 variants are LI C8 (built on 0.30: test_sfa_030), SFA C8 (refused by name on 0.30) and FA quant (see FA_QUANT_030)"
+    "the A5 variants are LI C8 and SFA C8 (built on 0.30, the latter in fp8 too: test_sfa_030) and FA quant (see FA_QUANT_030)"
 )
 ONLY_023 = "SFA C8, DCP-replicated and shared indexers, per-layer LI C8 and the A5 dtypes are vllm-ascend 0.23 features"
 

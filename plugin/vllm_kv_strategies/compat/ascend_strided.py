@@ -76,8 +76,8 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
 
     Refused: hybrids (Mamba + attention in one shared backing, page-strided
     states), layerwise KV cache reuse (zero-stride tensors), sparse KV offload
-    (``store_on_host``), KVPP, xlite graphs, decode context parallelism,
-    packed SFA C8 / TurboQuant main caches, compressed caches, page-strided specs
+    (``store_on_host``), KVPP, xlite graphs, a packed SFA C8 main cache whose
+    dtype is not the runner's ``c8_cache_dtype``, compressed caches, page-strided specs
     (``indexes_kv_by_block_stride``), packed pages (``state_content_bytes``)
     outside C8 MXFP attention, padded attention
     pages, the hidden-state cache, DeepSeek V4 / V4.1, step3p5 / step3p7.
@@ -101,10 +101,9 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
         found.append("KVPP")
     if getattr(getattr(ascend, "xlite_graph_config", None), "enabled", False):
         found.append("xlite graphs")
-    if getattr(runner, "dcp_size", 1) > 1:
-        found.append("decode context parallelism")
-    if any(getattr(s, "cache_sparse_sfa_c8", False) or getattr(s, "cache_sparse_sfa_turboquant", False) for s in specs.values()):
-        found.append("packed SFA C8 / TurboQuant main caches")
+    c8 = getattr(runner, "c8_cache_dtype", None)  # stock views a packed SFA C8 cache in it, the strategy in the spec's
+    if any(getattr(s, "cache_sparse_sfa_c8", False) and s.dtype != c8 for s in specs.values()):
+        found.append(f"packed SFA C8 main caches of another dtype than the runner's c8_cache_dtype {c8}")
     if getattr(runner, "use_compress", False):
         found.append("compressed KV cache (use_compress)")
     if model_type in ("deepseek_v4", "deepseek_v41", "step3p5", "step3p7"):
@@ -209,7 +208,8 @@ def overlay_refusal(runner: Any, kv_cache_config: Any) -> str | None:
     cache layout (stock's own overlay gate) and layers whose kernels take
     strided K/V: no MLA (nope and rope lie in halves of the region, not block
     by block), no Mamba, no sparse backend, no layer that needs contiguous
-    paged-attention caches (vllm-ascend's ``requires_contiguous_pa_kv_cache``).
+    paged-attention caches (vllm-ascend's ``requires_contiguous_pa_kv_cache``),
+    no decode context parallelism outside hybrids (stock: separate K and V).
     In a hybrid (Mamba + attention, which stock 0.30 overlays itself, its
     worker leaving the budget whole) each Mamba layer's states lie page by
     page in its region, ``[conv | ssm | pad]``, as stock's
@@ -224,6 +224,8 @@ def overlay_refusal(runner: Any, kv_cache_config: Any) -> str | None:
     if reason is not None:
         return f"the strategies do not build the {reason}"
     hybrid = is_hybrid(kv_cache_config)
+    if not hybrid and getattr(runner, "dcp_size", 1) > 1:
+        return "decode context parallelism (stock 0.30 gives its attention layers separate K and V, not K|V interleaved)"
     layout = runner.vllm_config.cache_config.get_resolved_kv_cache_layout()
     if not (layout.is_layer_compact and layout.is_block_compact):
         return f"KV cache layout {layout} is not layer- and block-compact (stock's overlay gate)"
@@ -247,12 +249,15 @@ def interleaved_kv_layers(runner: Any, kv_cache_config: Any) -> frozenset[str]:
     kernel block: a plain ``FullAttentionSpec`` (not a subclass) of a
     non-sparse backend whose layer does not need contiguous PA caches
     (vllm-ascend's own ``requires_contiguous_pa_kv_cache``), as
-    ``NPUModelRunner._allocate_kv_cache_tensors`` selects them (0.30)."""
+    ``NPUModelRunner._allocate_kv_cache_tensors`` selects them (0.30); none
+    with decode context parallelism or sparse attention (stock's gate)."""
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.config import get_layers_from_vllm_config
     from vllm.v1.kv_cache_interface import FullAttentionSpec
     from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
 
+    if getattr(runner, "dcp_size", 1) > 1 or getattr(runner, "use_sparse", False):
+        return frozenset()
     backends = _layer_backends(runner)
     layers = get_layers_from_vllm_config(runner.vllm_config, AttentionLayerBase)
     return frozenset(

@@ -12,6 +12,7 @@ from .mamba import MambaStrategy
 from .mla import MLAStrategy
 from .quant_attention import QuantAttentionStrategy
 from .sfa_indexer import SFAIndexerStrategy
+from .sfa_packed import SFAPackedStrategy
 from .sparse_mla import SparseMLAStrategy
 from .sparse_mla_c8 import SparseMLAC8Strategy
 
@@ -28,6 +29,7 @@ BUILTIN_STRATEGIES: tuple[type[KVCacheStrategy], ...] = (
     DSMLAStrategy,
     SparseMLAC8Strategy,
     SparseMLAStrategy,
+    SFAPackedStrategy,
     SFAIndexerStrategy,
     MambaStrategy,
     HiddenStateStrategy,
@@ -73,5 +75,6 @@ __all__ = [
     "QuantAttentionStrategy",
     "SparseMLAC8Strategy",
     "SFAIndexerStrategy",
+    "SFAPackedStrategy",
     "SparseMLAStrategy",
 ]

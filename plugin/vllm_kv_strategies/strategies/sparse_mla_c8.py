@@ -44,8 +44,9 @@ QSFA_TILE = 128
 INDEXER_GROUP = "indexer"
 
 
-def qsfa_fields(spec: Any, dims: ModelDims, c8: torch.dtype) -> tuple[Field, ...]:
-    """The fields of one packed SFA C8 row: ``nope`` (kv_lora_rank x c8),
+def qsfa_fields(spec: Any, dims: ModelDims, c8: torch.dtype, width: int | None = None) -> tuple[Field, ...]:
+    """The fields of one packed SFA C8 row of ``width`` x ``c8`` (default:
+    ``sparse_head_dim[0]``, 0.23's form): ``nope`` (kv_lora_rank x c8),
     ``rope`` (qk_rope_head_dim x bf16), ``nope_scale`` (kv_lora_rank / 128 x fp32).
 
     Raises:
@@ -53,7 +54,7 @@ def qsfa_fields(spec: Any, dims: ModelDims, c8: torch.dtype) -> tuple[Field, ...
             not give the spec's packed width.
     """
     nope, rope = dims.kv_lora_rank, dims.qk_rope_head_dim
-    width = spec.sparse_head_dim[0]
+    width = spec.sparse_head_dim[0] if width is None else width
     fields = ()
     if nope is not None and rope is not None and nope % QSFA_TILE == 0:
         fields = (
