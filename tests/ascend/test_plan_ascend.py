@@ -47,7 +47,7 @@ def test_dense_model_both_sides_allocate_the_config(tmp_path):
         assert data["ascend"][side]["num_blocks"] == 381
         assert data["ascend"][side]["bytes_allocated_per_worker"] == [required] * 4
     assert data["ascend"]["plugin"]["plugin_refusal"] is None
-    assert "allocates 3,995,074,560 bytes per worker = 1.00 x the budget" in result.stdout
+    assert "allocates 3,995,074,560 bytes per worker = 1.00 x the KV cache memory" in result.stdout
 
 
 @pytest.mark.skipif(RELEASE < (0, 13), reason="vLLM 0.11's Qwen3-Next module imports its triton flash-linear-attention "

@@ -43,7 +43,9 @@ class Side:
     Attributes:
         name: ``"stock"`` or ``"plugin"``.
         vllm_config: the engine config this side's front-end makes.
-        budget: KV cache bytes per worker after the worker's budget step.
+        available: KV cache bytes per worker before the worker's budget step
+            (the memory the KV cache may take).
+        budget: KV cache bytes per worker after the step (what vLLM's planner gets).
         scale: the budget step's scale (1.0: unscaled).
         workers: per worker its ``KVCacheConfig`` (empty when vLLM refuses).
         refusal: vLLM's own error when its planner refuses.
@@ -56,6 +58,7 @@ class Side:
 
     name: str
     vllm_config: Any
+    available: int
     budget: int
     scale: float
     workers: list[Any]
@@ -77,7 +80,7 @@ class Side:
 
     def as_json(self) -> dict:
         return {
-            "budget_bytes_per_worker": self.budget, "budget_scale": self.scale, "refusal": self.refusal,
+            "available_bytes_per_worker": self.available, "budget_bytes_per_worker": self.budget, "budget_scale": self.scale, "refusal": self.refusal,
             "num_blocks": self.num_blocks, "block_sizes": self.block_sizes, "tokens": self.tokens,
             "max_concurrency": self.max_concurrency, "bytes_allocated_per_worker": self.allocated,
             "plugin_refusal": self.plugin_refusal, "stock_would_fail": self.stock_would_fail,
@@ -272,7 +275,7 @@ def plan_side(name: str, vllm_config, budget_for: Callable[[Any, int], Budget], 
             with stage(vllm_config, stages[w // tp]["layers"]):
                 stepped.append(budget_step(vllm_config, runners[w // tp], budget.bytes))
         workers, refusal = predict.plan_budget(vllm_config, per_worker, stepped)
-        side = Side(name, vllm_config, stepped[0], stepped[0] / budget.bytes if budget.bytes > 0 else 1.0, workers, refusal)
+        side = Side(name, vllm_config, budget.bytes, stepped[0], stepped[0] / budget.bytes if budget.bytes > 0 else 1.0, workers, refusal)
         prediction = predict.Prediction(vllm_config, budget, workers, per_worker, stages, params, param_bytes, refusal)
         side.tokens, side.max_concurrency = predict.capacity_of(vllm_config, workers)
         if not workers:

@@ -99,6 +99,26 @@ def table(prediction, model_dir: str) -> str:
     return "\n".join(lines)
 
 
+def _beyond(budget, excess: int) -> str:
+    """What ``excess`` bytes allocated beyond the budget mean: with a device
+    estimate, against the memory the utilisation leaves free."""
+    terms = {name: value for name, value, _ in budget.terms}
+    if budget.exact or "device memory" not in terms:
+        return (f"{excess:,} bytes beyond the budget: out of memory at KV cache initialisation unless the device "
+                "has that much free beyond it")
+    headroom = terms["device memory"] - terms["device memory"] * terms["utilisation"] // 1000
+    if excess > headroom:
+        return (f"{excess:,} bytes beyond the budget, more than the {headroom:,} bytes the utilisation leaves free on "
+                "the device: out of memory at KV cache initialisation")
+    return f"{excess:,} bytes beyond the budget, taken from the {headroom:,} bytes the utilisation leaves free on the device"
+
+
+def _slots(side) -> int:
+    """The side's token slots (num_blocks x block size) of its smallest attention group (0: none)."""
+    slots = [row["token_slots"] for row in group_rows(side.workers[0]) if "attention" in row["kind"] or "mla" in row["kind"]]
+    return min(slots, default=0)
+
+
 def ascend_lines(prediction) -> list[str]:
     """On vllm-ascend, one paragraph per side: its budget after the worker's
     step, vLLM's plan of it and what its own build allocates."""
@@ -109,18 +129,16 @@ def ascend_lines(prediction) -> list[str]:
     for name, label in (("stock", f"stock vllm-ascend {release}"), ("plugin", "with the plugin")):
         side = prediction.ascend[name]
         stock_scale = prediction.ascend["stock"].scale
-        step = (f"scaled by {side.scale:.4f} by the worker's budget step" if side.scale != 1.0 else
-                f"left unscaled for vLLM's overlay, which the plugin builds" if stock_scale != 1.0 else "as given")
-        lines.append(f"{label}: budget {side.budget:,} bytes per worker ({step})")
+        step = (f"its worker's budget step scales it by {side.scale:.4f} to {side.budget:,} bytes for vLLM's planner"
+                if side.scale != 1.0 else "the budget step leaves it whole: the plugin builds vLLM's overlay"
+                if stock_scale != 1.0 else "the worker's budget step leaves it whole")
+        lines.append(f"{label}: KV cache memory {side.available:,} bytes per worker; {step}")
         if side.refusal:
             lines.append(f"  vLLM refuses (its own words): {side.refusal}")
             continue
-        rows = group_rows(side.workers[0])
-        blocks = ", ".join(sorted({f"{row['kind']} {row['block_size']}" for row in rows}))
-        attention = [row["token_slots"] for row in rows if "attention" in row["kind"] or "mla" in row["kind"]]
+        blocks = ", ".join(sorted({f"{row['kind']} {row['block_size']}" for row in group_rows(side.workers[0])}))
         capacity = (f"; vLLM would log KV cache size: {side.tokens:,} tokens ({side.max_concurrency:.2f}x)"
-                    if side.tokens is not None else
-                    f"; {min(attention):,} token slots per attention group" if attention else "")
+                    if side.tokens is not None else f"; {_slots(side):,} token slots per attention group" if _slots(side) else "")
         lines.append(f"  num_blocks {side.num_blocks:,} (block size: {blocks}){capacity}")
         if side.plugin_refusal:
             lines.append(f"  the plugin would not build it (KV_STRATEGIES=auto: stock builds this config, one warning): "
@@ -129,11 +147,16 @@ def ascend_lines(prediction) -> list[str]:
             lines.append(f"  its own KV cache build raises on this config: {side.build_error}")
             continue
         allocated = side.allocated[0]
-        lines.append(f"  allocates {allocated:,} bytes per worker = {allocated / side.budget:.2f} x the budget"
-                     if side.budget > 0 else f"  allocates {allocated:,} bytes per worker")
-        if allocated > side.budget:
-            lines.append(f"  {allocated - side.budget:,} bytes beyond the budget: out of memory at KV cache "
-                         "initialisation unless the device has that much free beyond it")
+        lines.append(f"  allocates {allocated:,} bytes per worker = {allocated / side.available:.2f} x the KV cache memory"
+                     if side.available > 0 else f"  allocates {allocated:,} bytes per worker")
+        if allocated > side.available:
+            lines.append("  " + _beyond(prediction.budget, allocated - side.available))
+    stock, plugin = prediction.ascend["stock"], prediction.ascend["plugin"]
+    if stock.allocated and plugin.allocated:
+        tokens = ((f"tokens {plugin.tokens / stock.tokens:.2f} x" if stock.tokens and plugin.tokens else
+                  f"attention token slots {_slots(plugin) / _slots(stock):.2f} x" if _slots(stock) else ""))
+        lines.append(f"plugin / stock per worker: bytes allocated {plugin.allocated[0] / stock.allocated[0]:.2f} x"
+                     + (f", {tokens}" if tokens else ""))
     return lines
 
 

@@ -31,6 +31,10 @@ PLAN_SCHEMA = {
         "plan_version": {"const": PLAN_VERSION},
         "num_blocks": {"type": ["integer", "null"], "minimum": 0},
         "refusal": {"type": ["string", "null"]},
+        # where vllm-ascend is installed: each side's own plan and build (additive, plan_version 1)
+        "ascend": {"type": ["object", "null"], "properties": {side: {"type": "object", "required": [
+            "num_blocks", "budget_scale", "bytes_allocated_per_worker", "refusal", "plugin_refusal"]}
+            for side in ("stock", "plugin")}},
         "ranks": {"type": "array", "items": {
             "type": "object",
             "required": ["rank", "num_blocks", "bytes_required", "groups", "tensors"],
