@@ -357,14 +357,6 @@ def test_fa_quant_030_equals_stock():
 
 
 @pytest.mark.skipif(R < (0, 30), reason="vllm-ascend 0.30's FA-quant enabling (cache_dtype int8, configs.modelslim_config)")
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # DID NOT RAISE: the plugin builds
-    reason="plugin bug on vllm-ascend 0.30: FA quant enabled (consumer, cache_dtype int8) on an MLA layer whose "
-    "spec is the plain bf16 576 form: stock raises AssertionError (the [k, v] split does not fit the page) while "
-    "the plugin builds bf16 nope/rope instead of refusing as on 0.18-0.23 (fa_quant_refusal: on 0.30 "
-    "enable_fa_quant(vllm_config, layer) holds for the layer, so no refusal fires)",
-)
 def test_fa_quant_030_unquantised_spec_is_refused_where_stock_crashes():
     mk = factory_030.fa_quant_model_030(num_layers=2, quantised_spec=False)
     with pytest.raises(AssertionError):

@@ -21,6 +21,7 @@ from .ascend_strided import (  # noqa: F401  (re-exported: vLLM 0.30's strided f
     kv_interleaved_shape,
     is_hybrid,
     kernel_block_sizes_by_layer,
+    layer_specs,
     overlay_refusal,
     overlays_groups,
     private_bytes,
@@ -196,7 +197,7 @@ def fa_quant_enabled(vllm_config: Any) -> bool:
     return bool(enable_fa_quant(vllm_config))
 
 
-def fa_quant_refusal(runner: Any, layer_names: Iterable[str]) -> str | None:
+def fa_quant_refusal(runner: Any, layer_names: Iterable[str], specs: dict[str, Any] | None = None) -> str | None:
     """Where stock crashes on an FA-quant model, what it is; else None.
 
     The runner splits the cache of each FA-quant layer (the quant config's
@@ -206,7 +207,9 @@ def fa_quant_refusal(runner: Any, layer_names: Iterable[str]) -> str | None:
     only where ``enable_fa_quant(vllm_config, layer)`` holds (A2: a pure
     consumer). On a ``kv_both`` instance, or for non-MLA attention (no
     release builds an FA-quant spec for it), the split does not fit the
-    spec's page and stock raises.
+    spec's page and stock raises. So it does where ``enable_fa_quant(vllm_config,
+    layer)`` holds but the layer's spec (``specs``: layer -> spec, where known)
+    is not the one-byte FA-quant form (0.30 asks the layer's own spec).
     """
     vllm_config = runner.vllm_config
     quant = getattr(vllm_config, "quant_config", None)
@@ -228,12 +231,20 @@ def fa_quant_refusal(runner: Any, layer_names: Iterable[str]) -> str | None:
             f"quantised attention KV cache (FA quant) on a {role} instance: the runner splits layer "
             f"{plain[0]!r} for FA quant while its spec stays unquantised (stock raises)"
         )
+    wide = [name for name in split if specs and name in specs and specs[name].dtype.itemsize != 1]
+    if wide:
+        spec = specs[wide[0]]
+        return (
+            f"quantised attention KV cache (FA quant): the runner splits layer {wide[0]!r} for FA quant while its spec "
+            f"is the unquantised {type(spec).__name__}(head_size={spec.head_size}, dtype={spec.dtype}) (stock raises)"
+        )
     return None
 
 
-def stock_only_reason(runner: Any, layer_names: Iterable[str] = ()) -> str | None:
+def stock_only_reason(runner: Any, layer_names: Iterable[str] = (), specs: dict[str, Any] | None = None) -> str | None:
     """Runner features whose KV cache layouts no strategy builds (their layout
-    is a different family, or stock itself fails on them), or None."""
+    is a different family, or stock itself fails on them), or None.
+    ``specs``: layer -> its spec in the config, where known."""
     if getattr(runner, "use_compress", False):
         return "compressed KV cache (use_compress)"
     if getattr(runner, "enable_hamming_sparse", False):
@@ -241,7 +252,7 @@ def stock_only_reason(runner: Any, layer_names: Iterable[str] = ()) -> str | Non
     hf = getattr(getattr(runner, "model_config", None), "hf_text_config", None)
     if getattr(hf, "model_type", None) == "deepseek_v4":
         return "DeepSeek V4 KV cache"
-    reason = fa_quant_refusal(runner, layer_names)
+    reason = fa_quant_refusal(runner, layer_names, specs)
     if reason is not None:
         return reason
     mla = getattr(runner, "use_sparse", False) or getattr(getattr(runner, "model_config", None), "use_mla", False)
