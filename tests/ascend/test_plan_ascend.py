@@ -47,6 +47,7 @@ def test_dense_model_both_sides_allocate_the_config(tmp_path):
         assert data["ascend"][side]["num_blocks"] == 381
         assert data["ascend"][side]["bytes_allocated_per_worker"] == [required] * 4
     assert data["ascend"]["plugin"]["plugin_refusal"] is None
+    assert (data["stock_bytes_per_worker"], data["plugin"]) == ([required] * 4, None)  # upstream's per-worker sides: none here
     assert "allocates 3,995,074,560 bytes per worker = 1.00 x the KV cache memory" in result.stdout
 
 

@@ -198,9 +198,12 @@ def as_json(prediction, model_dir: str) -> dict:
         "num_blocks": prediction.num_blocks,
         "tokens": prediction.tokens,
         "max_concurrency": prediction.max_concurrency,
-        "stock_bytes_per_worker": [side.stock_bytes for side in prediction.sides],
-        "plugin": [{"layers_per_strategy": side.plugin_layers, "refusal": side.plugin_refusal,
-                    "stock_would_fail": side.stock_would_fail} for side in prediction.sides],
+        # on vllm-ascend each side is its own plan: "ascend" below
+        "stock_bytes_per_worker": (prediction.ascend["stock"].allocated if prediction.ascend else
+                                   [side.stock_bytes for side in prediction.sides]),
+        "plugin": None if prediction.ascend else [
+            {"layers_per_strategy": side.plugin_layers, "refusal": side.plugin_refusal,
+             "stock_would_fail": side.stock_would_fail} for side in prediction.sides],
         "ranks": ranks,
         "ascend": {name: side.as_json() for name, side in prediction.ascend.items()} if prediction.ascend else None,
         "seconds": round(prediction.seconds, 2),
