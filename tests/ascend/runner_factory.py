@@ -364,17 +364,23 @@ _GROUP_FIELDS = {f.name for f in dataclasses.fields(AttentionGroup)}
 
 
 def _attn_groups(
-    kv_cache_config: KVCacheConfig, attention_kind: str | None, mamba_layer: type | None = None
+    kv_cache_config: KVCacheConfig,
+    attention_kind: str | None,
+    mamba_layer: type | None = None,
+    backends: dict[str, type] | None = None,
 ) -> list[list[AttentionGroup]]:
     """One AttentionGroup per (backend, layer spec) inside each KV cache group, as
-    NPUModelRunner.initialize_attn_backend builds them (metadata builders left empty)."""
+    NPUModelRunner.initialize_attn_backend builds them (metadata builders left empty).
+    ``backends``: layer -> its backend where given (the layer's own ``get_attn_backend()``)."""
+    backends = backends or {}
     layer_specs = _layer_specs(kv_cache_config)
     result = []
     for gid, group in enumerate(kv_cache_config.kv_cache_groups):
         by_key: dict[tuple[type, KVCacheSpec], list[str]] = defaultdict(list)
         for name in group.layer_names:
             spec = layer_specs[name]
-            by_key[(_backend_for(_kind_of(spec, attention_kind), spec, mamba_layer), spec)].append(name)
+            backend = backends.get(name) or _backend_for(_kind_of(spec, attention_kind), spec, mamba_layer)
+            by_key[(backend, spec)].append(name)
         groups = []
         for (backend, spec), names in by_key.items():
             kwargs = dict(backend=backend, layer_names=names, kv_cache_spec=spec, metadata_builders=[])
@@ -420,6 +426,7 @@ def make_runner(
     device: str | torch.device = "cpu",
     mamba_layer: type | None = None,
     paged_attention: bool = False,
+    extra_backends: dict[str, type] | None = None,
 ) -> NPUModelRunner:
     """A real NPUModelRunner made with ``__new__`` carrying what the stock KV code reads.
 
@@ -438,6 +445,8 @@ def make_runner(
     ``trace=True`` returns a subclass instance that records the instance attributes read, in
     ``runner._reads``. ``mamba_layer``: the class of the Mamba-type layers and, through its
     ``get_attn_backend``, their backend (default: the release's gated delta net layer).
+    ``extra_backends``: layer -> its backend, for layers given in ``extra_layers`` whose class
+    brings its own (``get_attn_backend()``: DeepSeek V4.1's cache-only layers).
 
     0.30: ``vllm_config`` is a real ``VllmConfig`` (:func:`_vllm_config_030`) and the runner
     carries the ``ascend_config`` made from it; attention layers carry an ``impl`` (a bare
@@ -503,7 +512,7 @@ def make_runner(
 
     cls = _tracing_subclass(NPUModelRunner) if trace else NPUModelRunner
     runner = cls.__new__(cls)
-    attn_groups = _attn_groups(kv_cache_config, attention_kind, mamba_layer)
+    attn_groups = _attn_groups(kv_cache_config, attention_kind, mamba_layer, extra_backends)
     attrs: dict[str, Any] = dict(
         device=torch.device(device),
         vllm_config=vllm_config,

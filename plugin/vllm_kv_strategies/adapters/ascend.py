@@ -141,7 +141,11 @@ class AscendAdapter(RunnerAdapter):
         or the worker's budget step asked for it (:mod:`.ascend_overlay`)."""
         layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
         hybrid = facts.is_hybrid(kv_cache_config)  # 0.30: overlaid by stock itself, its budget unscaled
-        reason = facts.stock_only_reason(runner, layer_names) or facts.unbuilt_layout_reason(runner, kv_cache_config, hybrid)
+        reason = (  # 0.30's kinds that stay stock's first, named as stock decides them
+            facts.stock_only_kind(runner, kv_cache_config)
+            or facts.stock_only_reason(runner, layer_names)
+            or facts.unbuilt_layout_reason(runner, kv_cache_config, hybrid)
+        )
         if reason is not None:
             raise UnsupportedSpecError(f"the strategies do not build the {reason}")
         facts.binds_per_virtual_engine()  # asked of vLLM here, so a binder it cannot read falls back
