@@ -286,3 +286,193 @@ def test_stock_builds_deepseek_v41():
 def test_deepseek_v41_is_refused_by_name(monkeypatch, kv_log):
     make, config = v41_case()
     assert_refused_by_name(make, config, "DeepSeek V4.1", monkeypatch, kv_log)
+
+
+# -- DeepSeek V4 --------------------------------------------------------------------------------------
+
+
+def dsv4_case():
+    """DeepSeek V4 on A2 (bf16, block 128): layers 0 and 1 compress by 4 (indexer + its
+    compressor state), layer 2 by 128, each with a compressor state and an SWA cache. The cache
+    layers are vllm-ascend's own (``AscendCompressorStateCache``, ``AscendDeepseekV4IndexerCache``,
+    ``AscendDeepseekV4SWACache``) built in a ``VllmConfig`` and asked for their specs and
+    backends; the main attention spec is the one the Ascend sparse attention layer emits there
+    (``AscendMLAAttentionSpec``, block ``storage block x ratio``, ``model_version`` deepseek_v4:
+    its constructor needs the whole model). Planned by vllm-ascend's DSV4 planner
+    (``_get_kv_cache_config_deepseek_v4_main``: one backing, two layer tuples)."""
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm_ascend.attention.dsa_v1 import AscendDSAC4Backend, AscendDSAC128Backend
+    from vllm_ascend.core.kv_cache_interface import AscendMLAAttentionSpec
+    from vllm_ascend.models.deepseek_v4.compressor import AscendCompressorStateCache
+    from vllm_ascend.models.deepseek_v4.indexer import AscendDeepseekV4IndexerCache, get_indexer_k_dtype
+    from vllm_ascend.models.deepseek_v4.model import AscendDeepseekV4SWACache
+    from vllm_ascend.models.layer.attention.layer import DSV4_BLOCK_SIZES
+
+    vllm_config = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    cache = vllm_config.cache_config
+    cache.block_size = 128
+    storage_bs, _, c4_state_bs, c128_state_bs = DSV4_BLOCK_SIZES[128][0]
+    ratios = (4, 4, 128)
+    with set_current_vllm_config(vllm_config):  # the cache layers register in its forward context
+        for i, ratio in enumerate(ratios):
+            prefix = f"model.layers.{i}.self_attn"
+            coff = 1 + (ratio == 4)  # vLLM's Compressor: overlapping windows for ratio 4
+            AscendCompressorStateCache(state_dim=2 * coff * 512, dtype=torch.float32, compress_ratio=ratio,
+                                       block_size=c4_state_bs if ratio == 4 else c128_state_bs,
+                                       prefix=f"{prefix}.compressor.state_cache")
+            if ratio == 4:
+                AscendDeepseekV4IndexerCache(head_dim=128, dtype=get_indexer_k_dtype(vllm_config),
+                                             prefix=f"{prefix}.indexer.k_cache", cache_config=cache, compress_ratio=4)
+                AscendCompressorStateCache(state_dim=2 * 2 * 128, dtype=torch.float32, compress_ratio=4,
+                                           block_size=c4_state_bs, prefix=f"{prefix}.indexer.compressor.state_cache")
+            AscendDeepseekV4SWACache(head_dim=512, window_size=128, dtype=torch.bfloat16,
+                                     prefix=f"{prefix}.swa_cache", cache_config=cache)
+    layers = dict(vllm_config.compilation_config.static_forward_context)
+    specs = {name: layer.get_kv_cache_spec(vllm_config) for name, layer in layers.items()}
+    backends = {name: layer.get_attn_backend() for name, layer in layers.items()}
+    for i, ratio in enumerate(ratios):
+        name = f"model.layers.{i}.self_attn"
+        specs[name] = AscendMLAAttentionSpec(block_size=storage_bs * ratio, num_kv_heads=1, head_size=512,
+                                             dtype=torch.bfloat16, model_version="deepseek_v4", cache_dtype_str="auto",
+                                             tokens_per_state=ratio)
+        backends[name] = AscendDSAC4Backend if ratio == 4 else AscendDSAC128Backend
+    config = rf.build_kv_cache_config(specs, N)
+
+    def make():
+        runner = rf.make_runner(config, model_type="deepseek_v4", extra_layers=layers, extra_backends=backends)
+        runner.use_compress = True  # NPUModelRunner.__init__: the HF config has compress_ratios
+        hf = runner.model_config.hf_text_config
+        hf.num_hidden_layers, hf.compress_ratios = len(ratios), list(ratios)
+        return runner
+
+    return make, config
+
+
+def test_stock_builds_deepseek_v4():
+    """One backing (the planner's two tuples of N x (16640 + 131072) bytes) for all 13 cache
+    layers: each views its region page by page, dim 0 strided by its page (16640 for the C4
+    indexer and its state, 131072 for the rest); the indexer key and its fp16 scale in one
+    page; layers of different groups share a tuple's slot."""
+    make, config = dsv4_case()
+    tuple_bytes = N * (16640 + 131072)
+    assert {t.size for t in config.kv_cache_tensors} == {2 * tuple_bytes}
+    kv = kc.stock_init(make(), config)
+    assert len(kv) == 13 and {storage(t)[1] for v in kv.values() for t in v} == {2 * tuple_bytes}
+    assert len({storage(t) for v in kv.values() for t in v}) == 1
+    base = kv["model.layers.0.self_attn.indexer.k_cache"][0].data_ptr()
+
+    def at(name):
+        return [(tuple(t.shape), t.dtype, t.stride(0) * t.element_size(), t.data_ptr() - base) for t in kv[name]]
+
+    main = ((N, 128, 1, 512), torch.bfloat16, 131072)
+    assert at("model.layers.0.self_attn") == [(*main, 4 * 16640)]
+    assert at("model.layers.1.self_attn") == [(*main, tuple_bytes + 4 * 16640)]
+    assert at("model.layers.2.self_attn") == [(*main, 4 * 16640)]
+    assert at("model.layers.0.self_attn.indexer.k_cache") == [
+        ((N, 128, 1, 128), torch.int8, 16640, 0), ((N, 128, 1, 1), torch.float16, 16640, 128 * 128)]
+    assert at("model.layers.0.self_attn.indexer.compressor.state_cache") == [((N, 8, 1, 512), torch.float32, 16640, 0)]
+    assert at("model.layers.0.self_attn.compressor.state_cache") == [((N, 8, 1, 2048), torch.float32, 131072, 4 * 16640)]
+    assert at("model.layers.2.self_attn.compressor.state_cache") == [((N, 32, 1, 1024), torch.float32, 131072, 4 * 16640)]
+    assert at("model.layers.1.self_attn.swa_cache") == [(*main, 4 * 16640)]
+
+
+def test_deepseek_v4_is_refused_by_name(monkeypatch, kv_log):
+    make, config = dsv4_case()
+    assert_refused_by_name(make, config, "DeepSeek V4", monkeypatch, kv_log)
+
+
+# -- GLM-5-next kpool tails ------------------------------------------------------------------------------
+
+
+def kda_spec(num_heads: int = 8, head_dim: int = 128, conv_kernel: int = 4, block_size: int = 128):
+    """A KDA layer's ``MambaSpec`` as vLLM's gated delta net layers emit it (GLM-5-next's
+    ``Glm5NextLinearAttention``, Kimi's ``KimiGatedDeltaNetAttention``): the two states of
+    ``MambaStateShapeCalculator.kda_state_shape`` (conv ``(3, 3 x heads x head)`` bf16, recurrent
+    ``(heads, head, head)`` fp32, ``kda_state_dtype``), ``mamba_type`` GDN_ATTN; TP 1."""
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator, MambaStateShapeCalculator
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    shapes = MambaStateShapeCalculator.kda_state_shape(1, num_heads, head_dim, conv_kernel_size=conv_kernel)
+    dtypes = MambaStateDtypeCalculator.kda_state_dtype(torch.bfloat16, "auto")
+    return MambaSpec(block_size=block_size, shapes=shapes, dtypes=dtypes, mamba_type=rf.gdn_mamba_type())
+
+
+def glm5_next_case():
+    """A GLM-5-next-like hybrid: MLA layers 0 and 2 (512 + 64, ``model_version`` glm5_next,
+    ``indexes_kv_by_block_stride``, as the runner's ``get_kv_cache_spec`` emits them for the
+    layer GLM-Next marks), each with vllm-ascend's own ``Glm5NextIndexerCache`` (bf16 keys of
+    128 compressed by the kpool of 4) and ``Glm5NextTailCache`` (the fp32 kpool tail,
+    ``AscendIndexerKPoolTailSpec``), KDA layers 1 and 3; planned by vllm-ascend's GLM-Next
+    planner (``get_glm5_next_kv_cache_config``: one tensor per physical slot)."""
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm_ascend.core.kv_cache_interface import AscendMLAAttentionSpec
+    from vllm_ascend.models.glm5next.kv_cache import Glm5NextIndexerCache, Glm5NextTailCache
+
+    vllm_config = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    vllm_config.cache_config.block_size = 128
+    with set_current_vllm_config(vllm_config):  # the cache layers register in its forward context
+        for i in (0, 2):
+            prefix = f"model.layers.{i}.self_attn.indexer"
+            Glm5NextIndexerCache(head_dim=128, dtype=torch.bfloat16, cache_role="indexer", prefix=f"{prefix}.k_cache",
+                                 cache_config=vllm_config.cache_config, compress_ratio=4)
+            Glm5NextTailCache(head_dim=128, dtype=torch.float32, prefix=f"{prefix}.tail_cache", compress_ratio=4,
+                              ring_capacity=4)
+    layers = dict(vllm_config.compilation_config.static_forward_context)
+    specs = {
+        f"model.layers.{i}.self_attn.attn": AscendMLAAttentionSpec(
+            block_size=128, num_kv_heads=1, head_size=576, dtype=torch.bfloat16, cache_dtype_str="auto",
+            model_version="glm5_next", indexes_kv_by_block_stride=True, tokens_per_state=1)
+        for i in (0, 2)
+    }
+    specs.update({name: layer.get_kv_cache_spec(vllm_config) for name, layer in layers.items()})
+    specs.update(dict.fromkeys(("model.layers.1.self_attn", "model.layers.3.self_attn"), kda_spec()))
+    config = rf.build_kv_cache_config(specs, N)
+    backends = {name: layer.get_attn_backend() for name, layer in layers.items()}
+
+    def make():
+        return rf.make_runner(config, model_type="glm5_next", extra_layers=layers, extra_backends=backends)
+
+    return make, config
+
+
+def test_stock_builds_glm5_next_kpool_tails():
+    """Two main slots of N x 542720 bytes (the KDA page; MLA layer i and KDA layer i + 1 alias
+    one, nope then rope in each page) and two small slots of N x 8192 bytes (layer i's
+    compressed indexer and its kpool tail alias one); every view strided by its slot's page."""
+    make, config = glm5_next_case()
+    kv = kc.stock_init(make(), config)
+    for i in (0, 2):
+        nope, rope = kv[f"model.layers.{i}.self_attn.attn"]
+        conv, recurrent = kv[f"model.layers.{i + 1}.self_attn"]  # KDA: a 2-list (conv, recurrent)
+        (indexer,) = kv[f"model.layers.{i}.self_attn.indexer.k_cache"]
+        (tail,) = kv[f"model.layers.{i}.self_attn.indexer.tail_cache"]
+        assert views((nope, rope, conv, recurrent, indexer, tail)) == [
+            ((N, 128, 1, 512), torch.bfloat16), ((N, 128, 1, 64), torch.bfloat16), ((N, 3, 3072), torch.bfloat16),
+            ((N, 8, 128, 128), torch.float32), ((N, 32, 1, 128), torch.bfloat16), ((N, 2, 4, 128), torch.float32)]
+        assert {storage(t) for t in (nope, rope, conv, recurrent)} == {storage(nope)} and storage(nope)[1] == N * 542720
+        assert storage(indexer) == storage(tail) and storage(tail)[1] == N * 8192
+        assert [t.data_ptr() - nope.data_ptr() for t in (rope, conv, recurrent)] == [131072, 0, 3 * 3072 * 2]
+        assert all(t.stride(0) * t.element_size() == 542720 for t in (nope, rope, conv, recurrent))
+        assert all(t.stride(0) * t.element_size() == 8192 for t in (indexer, tail))
+    assert storage(kv["model.layers.0.self_attn.attn"][0]) != storage(kv["model.layers.2.self_attn.attn"][0])
+
+
+def test_glm5_next_kpool_tails_are_refused_by_name(monkeypatch, kv_log):
+    make, config = glm5_next_case()
+    assert_refused_by_name(make, config, "GLM-5-next", monkeypatch, kv_log)
+
+
+def test_kinds_are_named_as_stock_decides_them():
+    """Zero-stride tensors are layerwise reuse only with a layerwise-reuse connector (V4.1 and
+    GLM-5-next plan zero-stride tensors of their own); DeepSeek V4 also by its model type, whose
+    binding order stock keeps for itself; a plain config is none of the kinds."""
+    from vllm_kv_strategies.compat.ascend_stock_only import stock_only_kind
+
+    mk = rf.gqa_model("plain", num_blocks=N, num_layers=2, num_kv_heads=2, head_dim=64)
+    assert stock_only_kind(mk.make_runner(), mk.kv_cache_config) is None
+    dsv4 = mk.make_runner(model_type="deepseek_v4")
+    assert stock_only_kind(dsv4, mk.kv_cache_config) == refusal("DeepSeek V4").removeprefix("the strategies do not build the ")
+    for case, kind in ((v41_case, "DeepSeek V4.1"), (glm5_next_case, "GLM-5-next")):
+        make, config = case()
+        assert any(t.layer_stride == 0 and len(t.layers) > 1 for t in config.kv_cache_tensors)
+        assert stock_only_kind(make(), config) == refusal(kind).removeprefix("the strategies do not build the ")
