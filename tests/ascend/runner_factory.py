@@ -1140,6 +1140,7 @@ def mamba_hybrid(
     num_speculative_tokens: int = 0,
     model_type: str | None = None,
     runner_kwargs: dict[str, Any] | None = None,
+    mla_dims: tuple[int, int] | None = None,
 ) -> ModelKV:
     """A hybrid of full-attention and Mamba-type layers (``hf``: its HF config), sized as vLLM +
     vllm-ascend size it at start-up (see :func:`qwen3_next`): the Mamba states from
@@ -1149,7 +1150,9 @@ def mamba_hybrid(
     ``architecture`` while it runs), attention specs first (Ascend's get_kv_cache_spec order),
     groups / tensors from vLLM's planner. ``mamba_type`` is the Mamba layers' ``mamba_type``;
     ``model_type`` the runner's (default ``hf.model_type``), ``runner_kwargs`` more for
-    :func:`make_runner`."""
+    :func:`make_runner`. ``mla_dims`` (kv_lora_rank, qk_rope_head_dim): the attention layers are
+    MLA (0.30: ``AscendMLAAttentionSpec`` of one head of their sum, sized with ``use_mla``), as
+    Kimi-Linear pairs them with KDA."""
     import vllm_ascend.patch.platform.patch_mamba_config  # noqa: F401, PLC0415
     from vllm.model_executor.models.config import HybridAttentionMambaModelConfig  # noqa: PLC0415
 
@@ -1163,11 +1166,11 @@ def mamba_hybrid(
         model_impl="auto",
         runner_type="generate",
         convert_type="none",
-        use_mla=False,
+        use_mla=mla_dims is not None,
         max_model_len=max_model_len,
         supports_mamba_prefix_caching=True,
-        get_num_kv_heads=lambda pc: max(1, hf.num_key_value_heads // pc.tensor_parallel_size),
-        get_head_size=lambda: hf.head_dim,
+        get_num_kv_heads=lambda pc: 1 if mla_dims else max(1, hf.num_key_value_heads // pc.tensor_parallel_size),
+        get_head_size=lambda: sum(mla_dims) if mla_dims else hf.head_dim,
     )
     cache_config = SimpleNamespace(
         cache_dtype="auto",
@@ -1178,6 +1181,7 @@ def mamba_hybrid(
         mamba_cache_mode="none",
         mamba_block_size=None,
         enable_prefix_caching=False,
+        use_kda_recoverssm=False,  # vLLM 0.30's CacheConfig default (read by Kimi-Linear's KDA state calculators)
     )
     speculative_config = (
         SimpleNamespace(num_speculative_tokens=num_speculative_tokens, method="mtp") if num_speculative_tokens else None
@@ -1213,9 +1217,12 @@ def mamba_hybrid(
         num_speculative_blocks=num_speculative_tokens,
     )
     attn = dict(block_size=cache_config.block_size, num_kv_heads=kv_heads, head_size=hf.head_dim, dtype=BF16)
-    attn_spec = FullAttentionSpec(**attn)
+    attn_cls = FullAttentionSpec
+    if mla_dims is not None:
+        attn, attn_cls = dict(attn, num_kv_heads=1, head_size=sum(mla_dims), cache_dtype_str="auto"), AscendMLAAttentionSpec
+    attn_spec = attn_cls(**attn)
     if attn_spec.page_size_bytes < mamba_spec.page_size_bytes:  # 0.18+ (page_size_padded exists)
-        attn_spec = FullAttentionSpec(**attn, page_size_padded=mamba_spec.page_size_bytes)
+        attn_spec = attn_cls(**attn, page_size_padded=mamba_spec.page_size_bytes)
     specs: dict[str, KVCacheSpec] = dict.fromkeys(attn_layers, attn_spec)  # attention first
     specs.update(dict.fromkeys(mamba_layers, mamba_spec))
     config = build_kv_cache_config(specs, num_blocks, max_model_len=max_model_len, available_memory=available_memory)

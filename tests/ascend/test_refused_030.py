@@ -19,9 +19,7 @@ import torch
 import kv_compare as kc
 import runner_factory as rf
 
-from vllm_kv_strategies import patching
 from vllm_kv_strategies.adapters import ascend as ascend_adapter
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
 from vllm_kv_strategies.compat.ascend_stock_only import STOCK_ONLY_KINDS
 from vllm_kv_strategies.errors import UnsupportedSpecError
 
@@ -55,15 +53,11 @@ def signature(kv: dict) -> tuple:
 def assert_refused_by_name(make, config, kind, monkeypatch, kv_log):
     """``on``: the refusal naming ``kind``, raised before any buffer is allocated; ``auto``:
     stock's build, identical to stock's own, with that refusal as the one warning."""
-    allocated = []
-    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a: allocated.append(a))
-    runner = make()
-    stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
-    with pytest.raises(UnsupportedSpecError) as raised:
-        AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config), **rf.stock_kwargs(runner, config))
-    assert str(raised.value) == refusal(kind) and allocated == []
+    assert str(kc.refused_before_allocating(make(), config, UnsupportedSpecError, monkeypatch)) == refusal(kind)
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     want = kc.stock_init(make(), config)
+    allocated = []
+    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *args: allocated.append(args))
     got = kc.plugin_init(make(), config)
     assert signature(got) == signature(want) and allocated == []
     [warning] = kv_log.at(logging.WARNING)

@@ -24,6 +24,10 @@ per-layer loop, or inside it, and the strategies build none of them:
   ``store_on_host``): host K/V in pinned memory, device K/V only with
   ``keep_device_kv_cache``, plus top-k buffers.
 
+:func:`mla_hybrid_corruption` names the one hybrid stock 0.30 builds but
+corrupts: MLA attention beside Mamba-type (KDA) layers in one backing
+(Kimi-Linear).
+
 Importing this module imports neither torch nor vLLM.
 """
 
@@ -103,3 +107,43 @@ def stock_only_kind(runner: Any, kv_cache_config: Any) -> str | None:
         return None
     kind = found[0]
     return f"vllm-ascend 0.30 layout of {kind} ({STOCK_ONLY_KINDS[kind]}); stock builds it"
+
+
+def mla_hybrid_corruption(kv_cache_config: Any) -> str | None:
+    """Where stock 0.30 would corrupt a hybrid of MLA attention and Mamba-type
+    (KDA, GDN) layers in vLLM's one backing (Kimi-Linear: KDA beside MLA),
+    named; else None.
+
+    Stock's hybrid path (``_allocate_kv_cache_tensors``: a slice of the backing
+    per layer at ``offset + l * layer_stride``) views an MLA layer's slice as
+    the nope of all its blocks, then their rope (``_reshape_kv_cache_tensors``),
+    while a Mamba layer of the same slice keeps its states page by page
+    (``_adjust_kv_layout``): with two blocks or more, block j of one aliases
+    block k != j of the other, which vLLM may give to different groups.
+    """
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    from .ascend_strided import is_mamba
+
+    n = kv_cache_config.num_blocks
+    if n < 2 or not any(hasattr(t, "layer_stride") for t in kv_cache_config.kv_cache_tensors):
+        return None
+    specs = {name: layer_spec(g.kv_cache_spec, name) for g in kv_cache_config.kv_cache_groups for name in g.layer_names}
+    regions = {"mla": [], "mamba": []}
+    for t in kv_cache_config.kv_cache_tensors:
+        for index, name in enumerate(t.layers):
+            spec = specs.get(name)
+            kind = "mla" if isinstance(spec, MLAAttentionSpec) else "mamba" if is_mamba(spec) else None
+            if kind is not None:
+                start = t.offset + index * t.layer_stride
+                regions[kind].append((name, start, start + n * spec.page_size_bytes))
+    for mla, m_start, m_end in regions["mla"]:
+        for states, s_start, s_end in regions["mamba"]:
+            if m_start < s_end and s_start < m_end:
+                return (
+                    f"a hybrid of MLA attention and Mamba-type (KDA / GDN) layers in one backing (Kimi-Linear): stock "
+                    f"0.30 views MLA layer {mla!r} as the nope of all its {n} blocks, then their rope, over bytes "
+                    f"[{max(m_start, s_start)}, {min(m_end, s_end)}) that {states!r} ({type(specs[states]).__name__}) "
+                    "holds page by page, so block j of one aliases block k != j of the other: stock would corrupt the KV cache"
+                )
+    return None
