@@ -120,6 +120,7 @@ __all__ = [
     "installed_plugin_sizing",
     "ALIGNMENT",
     "t_hyb_toy",
+    "kda_spec",
 ]
 
 ASCEND_VERSION = importlib.metadata.version("vllm-ascend")  # as installed: 0.23.0.post1
@@ -1256,6 +1257,21 @@ def _align_hybrid_block_size_030(vllm_config: Any) -> None:
     cache_config.kv_cache_dtype_skip_layers = []
     vllm_config.model_config.is_hybrid = True
     current_platform._align_hybrid_block_size(vllm_config, AscendAttentionBackend)
+
+
+def kda_spec(num_heads: int = 8, head_dim: int = 128, conv_kernel: int = 4, block_size: int = 128):
+    """A KDA layer's ``MambaSpec`` as vLLM's gated delta net layers emit it (GLM-5-next's
+    ``Glm5NextLinearAttention``, Kimi's ``KimiGatedDeltaNetAttention``): the two states of
+    ``MambaStateShapeCalculator.kda_state_shape`` (conv ``(3, 3 x heads x head)`` bf16, recurrent
+    ``(heads, head, head)`` fp32, ``kda_state_dtype``), ``mamba_type`` GDN_ATTN; TP 1."""
+    from vllm.model_executor.layers.mamba.mamba_utils import (  # noqa: PLC0415 (kda_state_shape: vLLM 0.30)
+        MambaStateDtypeCalculator,
+        MambaStateShapeCalculator,
+    )
+
+    shapes = MambaStateShapeCalculator.kda_state_shape(1, num_heads, head_dim, conv_kernel_size=conv_kernel)
+    dtypes = MambaStateDtypeCalculator.kda_state_dtype(torch.bfloat16, "auto")
+    return MambaSpec(block_size=block_size, shapes=shapes, dtypes=dtypes, mamba_type=gdn_mamba_type())
 
 
 def qwen35_style(tp: int = 1, num_blocks: int = 4, **kwargs: Any) -> ModelKV:

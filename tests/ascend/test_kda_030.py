@@ -6,6 +6,8 @@
 * KDA beside full attention: one backing, each layer a region at ``offset + l * layer_stride``,
   KDA states page by page, attention K|V interleaved per kernel block; the ``mamba`` kind builds
   it byte for byte as stock (``layout/strided.py`` regions, ``compat/ascend_strided.py``).
+* KDA alone: state after state per layer, as stock (which fails for layers not named
+  ``linear_attn``).
 * KDA beside MLA (Kimi-Linear, ``KimiLinearForCausalLM``): stock 0.30 puts the MLA layer's nope
   of all blocks, then their rope, over the bytes its KDA neighbours hold page by page, so blocks
   of different indices alias: the plugin refuses it by name in every mode
@@ -78,6 +80,30 @@ def test_kda_beside_full_attention_equals_stock(transfer):
     k, v = ours["model.layers.3.self_attn.attn"]
     assert k.data_ptr() == ours["model.layers.0.self_attn"][0].data_ptr()  # one region per group's layer j
     assert kc.block_conflicts(ours, config) == []
+
+
+@pytest.mark.parametrize("suffix", ["linear_attn", "self_attn"])
+def test_kda_alone_is_a_2_list_state_after_state(suffix):
+    """KDA layers without attention (no released model): one buffer per layer, the conv state
+    of all blocks, then the recurrent state of all blocks (dense per block, as the fused KDA
+    state copy wants it). Stock 0.30 builds it only for layers named ``linear_attn``; for Kimi's
+    ``self_attn`` names it fails (``Some layers are not correctly initialized``), the plugin
+    builds the same layout."""
+    specs = {f"model.layers.{i}.{suffix}": rf.kda_spec(block_size=512) for i in range(2)}
+    config = rf.build_kv_cache_config(specs, N)
+    ours = kc.plugin_init(rf.make_runner(config), config)
+    if suffix == "linear_attn":
+        assert kc.layout_signature(ours) == kc.layout_signature(kc.stock_init(rf.make_runner(config), config))
+    else:
+        with pytest.raises(AssertionError, match="Some layers are not correctly initialized"):
+            kc.stock_init(rf.make_runner(config), config)
+    for name in specs:
+        conv, recurrent = kda = ours[name]
+        assert isinstance(kda, list) and conv.is_contiguous() and recurrent.is_contiguous()
+        assert [(tuple(t.shape), t.dtype) for t in kda] == [((N, 3, 3072), torch.bfloat16), ((N, 8, 128, 128), torch.float32)]
+        assert recurrent.data_ptr() - conv.data_ptr() == N * 3 * 3072 * 2
+        assert conv.untyped_storage().nbytes() == N * specs[name].page_size_bytes
+    assert len(kc.storages(ours)) == 2
 
 
 def kimi_case():

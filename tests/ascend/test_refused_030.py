@@ -378,19 +378,6 @@ def test_deepseek_v4_is_refused_by_name(monkeypatch, kv_log):
 # -- GLM-5-next kpool tails ------------------------------------------------------------------------------
 
 
-def kda_spec(num_heads: int = 8, head_dim: int = 128, conv_kernel: int = 4, block_size: int = 128):
-    """A KDA layer's ``MambaSpec`` as vLLM's gated delta net layers emit it (GLM-5-next's
-    ``Glm5NextLinearAttention``, Kimi's ``KimiGatedDeltaNetAttention``): the two states of
-    ``MambaStateShapeCalculator.kda_state_shape`` (conv ``(3, 3 x heads x head)`` bf16, recurrent
-    ``(heads, head, head)`` fp32, ``kda_state_dtype``), ``mamba_type`` GDN_ATTN; TP 1."""
-    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator, MambaStateShapeCalculator
-    from vllm.v1.kv_cache_interface import MambaSpec
-
-    shapes = MambaStateShapeCalculator.kda_state_shape(1, num_heads, head_dim, conv_kernel_size=conv_kernel)
-    dtypes = MambaStateDtypeCalculator.kda_state_dtype(torch.bfloat16, "auto")
-    return MambaSpec(block_size=block_size, shapes=shapes, dtypes=dtypes, mamba_type=rf.gdn_mamba_type())
-
-
 def glm5_next_case():
     """A GLM-5-next-like hybrid: MLA layers 0 and 2 (512 + 64, ``model_version`` glm5_next,
     ``indexes_kv_by_block_stride``, as the runner's ``get_kv_cache_spec`` emits them for the
@@ -419,7 +406,7 @@ def glm5_next_case():
         for i in (0, 2)
     }
     specs.update({name: layer.get_kv_cache_spec(vllm_config) for name, layer in layers.items()})
-    specs.update(dict.fromkeys(("model.layers.1.self_attn", "model.layers.3.self_attn"), kda_spec()))
+    specs.update(dict.fromkeys(("model.layers.1.self_attn", "model.layers.3.self_attn"), rf.kda_spec()))
     config = rf.build_kv_cache_config(specs, N)
     backends = {name: layer.get_attn_backend() for name, layer in layers.items()}
 
