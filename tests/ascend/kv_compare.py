@@ -35,6 +35,22 @@ def plugin_init(runner, config):
     return AscendAdapter().initialize_kv_cache_tensors(stock, runner, config, **rf.stock_kwargs(runner, config))
 
 
+def refused_before_allocating(runner, config, error: type[BaseException], monkeypatch) -> BaseException:
+    """The adapter's ``initialize_kv_cache_tensors`` of ``config`` on ``runner`` (called as
+    :func:`plugin_init`), which must raise ``error`` with no raw buffer allocated (the layout
+    code's ``allocate_bytes`` is watched for the rest of the test); returns the exception."""
+    import pytest
+    from vllm_kv_strategies.adapters import ascend as ascend_adapter
+
+    allocated: list = []
+    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *args: allocated.append(args))
+    stock = patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))
+    with pytest.raises(error) as raised:
+        AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config), **rf.stock_kwargs(runner, config))
+    assert allocated == [], f"{len(allocated)} buffers allocated before the refusal"
+    return raised.value
+
+
 def storages(kv_caches: dict) -> dict[int, int]:
     """data_ptr -> bytes of every storage the caches view."""
     return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for value in kv_caches.values() for t in value}

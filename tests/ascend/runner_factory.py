@@ -120,6 +120,7 @@ __all__ = [
     "installed_plugin_sizing",
     "ALIGNMENT",
     "t_hyb_toy",
+    "kda_spec",
 ]
 
 ASCEND_VERSION = importlib.metadata.version("vllm-ascend")  # as installed: 0.23.0.post1
@@ -364,17 +365,23 @@ _GROUP_FIELDS = {f.name for f in dataclasses.fields(AttentionGroup)}
 
 
 def _attn_groups(
-    kv_cache_config: KVCacheConfig, attention_kind: str | None, mamba_layer: type | None = None
+    kv_cache_config: KVCacheConfig,
+    attention_kind: str | None,
+    mamba_layer: type | None = None,
+    backends: dict[str, type] | None = None,
 ) -> list[list[AttentionGroup]]:
     """One AttentionGroup per (backend, layer spec) inside each KV cache group, as
-    NPUModelRunner.initialize_attn_backend builds them (metadata builders left empty)."""
+    NPUModelRunner.initialize_attn_backend builds them (metadata builders left empty).
+    ``backends``: layer -> its backend where given (the layer's own ``get_attn_backend()``)."""
+    backends = backends or {}
     layer_specs = _layer_specs(kv_cache_config)
     result = []
     for gid, group in enumerate(kv_cache_config.kv_cache_groups):
         by_key: dict[tuple[type, KVCacheSpec], list[str]] = defaultdict(list)
         for name in group.layer_names:
             spec = layer_specs[name]
-            by_key[(_backend_for(_kind_of(spec, attention_kind), spec, mamba_layer), spec)].append(name)
+            backend = backends.get(name) or _backend_for(_kind_of(spec, attention_kind), spec, mamba_layer)
+            by_key[(backend, spec)].append(name)
         groups = []
         for (backend, spec), names in by_key.items():
             kwargs = dict(backend=backend, layer_names=names, kv_cache_spec=spec, metadata_builders=[])
@@ -421,6 +428,7 @@ def make_runner(
     mamba_layer: type | None = None,
     paged_attention: bool = False,
     dcp_size: int = 1,
+    extra_backends: dict[str, type] | None = None,
 ) -> NPUModelRunner:
     """A real NPUModelRunner made with ``__new__`` carrying what the stock KV code reads.
 
@@ -439,6 +447,8 @@ def make_runner(
     ``trace=True`` returns a subclass instance that records the instance attributes read, in
     ``runner._reads``. ``mamba_layer``: the class of the Mamba-type layers and, through its
     ``get_attn_backend``, their backend (default: the release's gated delta net layer).
+    ``extra_backends``: layer -> its backend, for layers given in ``extra_layers`` whose class
+    brings its own (``get_attn_backend()``: DeepSeek V4.1's cache-only layers).
 
     0.30: ``vllm_config`` is a real ``VllmConfig`` (:func:`_vllm_config_030`) and the runner
     carries the ``ascend_config`` made from it; attention layers carry an ``impl`` (a bare
@@ -506,7 +516,7 @@ def make_runner(
 
     cls = _tracing_subclass(NPUModelRunner) if trace else NPUModelRunner
     runner = cls.__new__(cls)
-    attn_groups = _attn_groups(kv_cache_config, attention_kind, mamba_layer)
+    attn_groups = _attn_groups(kv_cache_config, attention_kind, mamba_layer, extra_backends)
     attrs: dict[str, Any] = dict(
         device=torch.device(device),
         vllm_config=vllm_config,
@@ -1166,6 +1176,7 @@ def mamba_hybrid(
     num_speculative_tokens: int = 0,
     model_type: str | None = None,
     runner_kwargs: dict[str, Any] | None = None,
+    mla_dims: tuple[int, int] | None = None,
 ) -> ModelKV:
     """A hybrid of full-attention and Mamba-type layers (``hf``: its HF config), sized as vLLM +
     vllm-ascend size it at start-up (see :func:`qwen3_next`): the Mamba states from
@@ -1175,7 +1186,9 @@ def mamba_hybrid(
     ``architecture`` while it runs), attention specs first (Ascend's get_kv_cache_spec order),
     groups / tensors from vLLM's planner. ``mamba_type`` is the Mamba layers' ``mamba_type``;
     ``model_type`` the runner's (default ``hf.model_type``), ``runner_kwargs`` more for
-    :func:`make_runner`."""
+    :func:`make_runner`. ``mla_dims`` (kv_lora_rank, qk_rope_head_dim): the attention layers are
+    MLA (0.30: ``AscendMLAAttentionSpec`` of one head of their sum, sized with ``use_mla``), as
+    Kimi-Linear pairs them with KDA."""
     import vllm_ascend.patch.platform.patch_mamba_config  # noqa: F401, PLC0415
     from vllm.model_executor.models.config import HybridAttentionMambaModelConfig  # noqa: PLC0415
 
@@ -1189,11 +1202,11 @@ def mamba_hybrid(
         model_impl="auto",
         runner_type="generate",
         convert_type="none",
-        use_mla=False,
+        use_mla=mla_dims is not None,
         max_model_len=max_model_len,
         supports_mamba_prefix_caching=True,
-        get_num_kv_heads=lambda pc: max(1, hf.num_key_value_heads // pc.tensor_parallel_size),
-        get_head_size=lambda: hf.head_dim,
+        get_num_kv_heads=lambda pc: 1 if mla_dims else max(1, hf.num_key_value_heads // pc.tensor_parallel_size),
+        get_head_size=lambda: sum(mla_dims) if mla_dims else hf.head_dim,
     )
     cache_config = SimpleNamespace(
         cache_dtype="auto",
@@ -1204,6 +1217,7 @@ def mamba_hybrid(
         mamba_cache_mode="none",
         mamba_block_size=None,
         enable_prefix_caching=False,
+        use_kda_recoverssm=False,  # vLLM 0.30's CacheConfig default (read by Kimi-Linear's KDA state calculators)
     )
     speculative_config = (
         SimpleNamespace(num_speculative_tokens=num_speculative_tokens, method="mtp") if num_speculative_tokens else None
@@ -1239,9 +1253,12 @@ def mamba_hybrid(
         num_speculative_blocks=num_speculative_tokens,
     )
     attn = dict(block_size=cache_config.block_size, num_kv_heads=kv_heads, head_size=hf.head_dim, dtype=BF16)
-    attn_spec = FullAttentionSpec(**attn)
+    attn_cls = FullAttentionSpec
+    if mla_dims is not None:
+        attn, attn_cls = dict(attn, num_kv_heads=1, head_size=sum(mla_dims), cache_dtype_str="auto"), AscendMLAAttentionSpec
+    attn_spec = attn_cls(**attn)
     if attn_spec.page_size_bytes < mamba_spec.page_size_bytes:  # 0.18+ (page_size_padded exists)
-        attn_spec = FullAttentionSpec(**attn, page_size_padded=mamba_spec.page_size_bytes)
+        attn_spec = attn_cls(**attn, page_size_padded=mamba_spec.page_size_bytes)
     specs: dict[str, KVCacheSpec] = dict.fromkeys(attn_layers, attn_spec)  # attention first
     specs.update(dict.fromkeys(mamba_layers, mamba_spec))
     config = build_kv_cache_config(specs, num_blocks, max_model_len=max_model_len, available_memory=available_memory)
@@ -1275,6 +1292,21 @@ def _align_hybrid_block_size_030(vllm_config: Any) -> None:
     cache_config.kv_cache_dtype_skip_layers = []
     vllm_config.model_config.is_hybrid = True
     current_platform._align_hybrid_block_size(vllm_config, AscendAttentionBackend)
+
+
+def kda_spec(num_heads: int = 8, head_dim: int = 128, conv_kernel: int = 4, block_size: int = 128):
+    """A KDA layer's ``MambaSpec`` as vLLM's gated delta net layers emit it (GLM-5-next's
+    ``Glm5NextLinearAttention``, Kimi's ``KimiGatedDeltaNetAttention``): the two states of
+    ``MambaStateShapeCalculator.kda_state_shape`` (conv ``(3, 3 x heads x head)`` bf16, recurrent
+    ``(heads, head, head)`` fp32, ``kda_state_dtype``), ``mamba_type`` GDN_ATTN; TP 1."""
+    from vllm.model_executor.layers.mamba.mamba_utils import (  # noqa: PLC0415 (kda_state_shape: vLLM 0.30)
+        MambaStateDtypeCalculator,
+        MambaStateShapeCalculator,
+    )
+
+    shapes = MambaStateShapeCalculator.kda_state_shape(1, num_heads, head_dim, conv_kernel_size=conv_kernel)
+    dtypes = MambaStateDtypeCalculator.kda_state_dtype(torch.bfloat16, "auto")
+    return MambaSpec(block_size=block_size, shapes=shapes, dtypes=dtypes, mamba_type=gdn_mamba_type())
 
 
 def qwen35_style(tp: int = 1, num_blocks: int = 4, **kwargs: Any) -> ModelKV:

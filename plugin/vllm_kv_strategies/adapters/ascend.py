@@ -36,7 +36,7 @@ from typing import Any
 from ..compat import ascend as facts
 from ..compat.ascend_releases import code_mismatch
 from ..compat.matrix import Installed, release_before
-from ..errors import UnsupportedSpecError
+from ..errors import StockWouldCorruptError, UnsupportedSpecError
 from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
 from ..layout.interleaved_kv import interleaved_kv_views
 from ..plan import KVCachePlan, plan_kv_cache
@@ -141,7 +141,11 @@ class AscendAdapter(RunnerAdapter):
         or the worker's budget step asked for it (:mod:`.ascend_overlay`)."""
         layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
         hybrid = facts.is_hybrid(kv_cache_config)  # 0.30: overlaid by stock itself, its budget unscaled
-        reason = facts.stock_only_reason(runner, layer_names, facts.layer_specs(kv_cache_config)) or facts.unbuilt_layout_reason(runner, kv_cache_config, hybrid)
+        reason = facts.stock_only_kind(runner, kv_cache_config)  # 0.30's own paths, named as stock decides them
+        corrupt = None if reason is not None or not hybrid else facts.mla_hybrid_corruption(kv_cache_config)
+        if corrupt is not None:
+            raise StockWouldCorruptError(f"the plugin refuses {corrupt}")
+        reason = reason or facts.stock_only_reason(runner, layer_names, facts.layer_specs(kv_cache_config)) or facts.unbuilt_layout_reason(runner, kv_cache_config, hybrid)
         if reason is not None:
             raise UnsupportedSpecError(f"the strategies do not build the {reason}")
         facts.binds_per_virtual_engine()  # asked of vLLM here, so a binder it cannot read falls back

@@ -28,6 +28,7 @@ from collections.abc import Collection
 from typing import Any
 
 from ..errors import KVCacheLayoutError
+from .ascend_stock_only import stock_only_kind
 from .specs import head_size_v, layer_spec
 
 
@@ -74,17 +75,22 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
     private per-layer forms of the module docstring, or for the ``shared_by``
     form of releases up to 0.28.
 
-    Refused: hybrids (Mamba + attention in one shared backing, page-strided
-    states), layerwise KV cache reuse (zero-stride tensors), sparse KV offload
-    (``store_on_host``), KVPP, xlite graphs, a packed SFA C8 main cache whose
-    dtype is not the runner's ``c8_cache_dtype``, compressed caches, page-strided specs
-    (``indexes_kv_by_block_stride``), packed pages (``state_content_bytes``)
-    outside C8 MXFP attention, padded attention
-    pages, the hidden-state cache, DeepSeek V4 / V4.1, step3p5 / step3p7.
+    Refused: first the kinds stock builds on paths of their own, named as stock
+    decides them (:func:`~vllm_kv_strategies.compat.ascend_stock_only.stock_only_kind`:
+    KVPP, DeepSeek V4.1, GLM-5-next, DeepSeek V4, layerwise KV cache reuse,
+    sparse KV offload); else hybrids (Mamba + attention in one shared backing,
+    page-strided states), other zero-stride tensors, xlite graphs, a packed SFA
+    C8 main cache whose dtype is not the runner's ``c8_cache_dtype``, compressed
+    caches, page-strided specs (``indexes_kv_by_block_stride``), packed pages
+    (``state_content_bytes``) outside C8 MXFP attention, padded attention
+    pages, the hidden-state cache, step3p5 / step3p7.
     A spec class no strategy serves is refused by the planner.
     """
     if not strided_form(kv_cache_config):
         return None
+    named = stock_only_kind(runner, kv_cache_config)
+    if named is not None:
+        return named
     specs = layer_specs(kv_cache_config)
     kinds = ", ".join(sorted({type(spec).__name__ for spec in specs.values()}))
     found = []
@@ -92,13 +98,7 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
     ascend = _ascend_config(runner)
     model_type = getattr(getattr(getattr(runner, "model_config", None), "hf_text_config", None), "model_type", None)
     if any(getattr(t, "layer_stride", None) == 0 and len(t.layers) > 1 for t in tensors):
-        found.append("layerwise KV cache reuse (zero-stride tensors)")
-    if any(getattr(t, "host_resident", False) for t in tensors) or any(
-        getattr(s, "store_on_host", False) for s in specs.values()
-    ) or getattr(runner, "sparse_kv_offload_enabled", False):
-        found.append("sparse KV offload (store_on_host)")
-    if getattr(getattr(ascend, "kvpp_config", None), "size", 1) > 1:
-        found.append("KVPP")
+        found.append("layers aliasing one zero-stride tensor")
     if getattr(getattr(ascend, "xlite_graph_config", None), "enabled", False):
         found.append("xlite graphs")
     c8 = getattr(runner, "c8_cache_dtype", None)  # stock views a packed SFA C8 cache in it, the strategy in the spec's
@@ -106,7 +106,7 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
         found.append(f"packed SFA C8 main caches of another dtype than the runner's c8_cache_dtype {c8}")
     if getattr(runner, "use_compress", False):
         found.append("compressed KV cache (use_compress)")
-    if model_type in ("deepseek_v4", "deepseek_v41", "step3p5", "step3p7"):
+    if model_type in ("deepseek_v41", "step3p5", "step3p7"):
         found.append(f"{model_type} KV cache")
     if is_hybrid(kv_cache_config) and not overlay:
         found.append("a hybrid (Mamba + attention) shared backing")
