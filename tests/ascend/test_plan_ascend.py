@@ -115,3 +115,32 @@ def test_plan_bad_input_is_one_line(tmp_path):
     result = subprocess.run([sys.executable, str(HERE / "plan_stubbed.py"), str(tmp_path)], capture_output=True, text=True,
                             timeout=120, env={**os.environ, "PYTHONPATH": str(HERE.parent.parent / "plugin")})
     assert (result.returncode, result.stdout, result.stderr) == (2, "", f"plan: error: {tmp_path}: has no config.json\n")
+
+
+@pytest.mark.skipif(not (0, 13) <= RELEASE < (0, 30), reason="Qwen3-Next builds for plan in the 0.13 - 0.23 cells "
+                    "(0.11: triton kernels at import; 0.30: vllm-ascend 0.30.0rc2's MoE patch against the vLLM 0.30.0 wheel)")
+def test_plan_bytes_equal_the_benchmarks(tmp_path):
+    """What plan says each side allocates is what ``benchmarks/ascend_memory.py`` measures when it
+    runs each side's build on CPU tensors (Qwen3-Next-80B-A3B TP 4, each side at its own sizing,
+    num_blocks by vLLM's rule for the same 200,000,000-byte budget, no transfer)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ascend_memory", HERE.parent.parent / "benchmarks" / "ascend_memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    budget = 200_000_000
+    args = ["--tensor-parallel-size", "4", "--max-model-len", "4096", "--kv-cache-memory-bytes", str(budget)]
+    if RELEASE >= (0, 23):  # 31 blocks: the 0.23 runner's own build refuses 128 sequences, and so does plan (exit 1)
+        result, data = plan(tmp_path, "qwen3-next-80b-a3b", *args)
+        assert result.returncode == 1 and data["ascend"]["plugin"]["build_error"] == (
+            "ValueError: max_num_seqs (128) exceeds available Mamba cache blocks (31). Each decode sequence requires "
+            "one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 31 or "
+            "increase gpu_memory_utilization.")
+    result, data = plan(tmp_path, "qwen3-next-80b-a3b", *args, "--max-num-seqs", "16")
+    assert result.returncode == 0, result.stderr[-2000:]
+    for side, fn, sized in (("stock", bench.stock, False), ("plugin", bench.plugin, True)):
+        build = lambda n, sized=sized: bench.MODELS["Qwen3-Next-80B-A3B TP4"](n, sized)
+        num_blocks = bench.blocks_for(budget, build)
+        measured = bench.measure(build(num_blocks), fn, transfer=False)
+        assert data["ascend"][side]["num_blocks"] == num_blocks
+        assert data["ascend"][side]["bytes_allocated_per_worker"][0] == measured["bytes_allocated"], side

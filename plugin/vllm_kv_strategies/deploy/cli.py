@@ -197,7 +197,8 @@ def _run(argv: list[str]) -> int:
     print(render.table(prediction, args.model_dir))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
-    return 1 if prediction.refusal else 0
+    refused = prediction.refusal or (prediction.ascend and prediction.ascend["plugin"].build_error)
+    return 1 if refused else 0
 
 
 def budget_source(args):
