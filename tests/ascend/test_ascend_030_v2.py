@@ -514,7 +514,7 @@ def test_former_v2_refusals_are_built_by_the_plugin(former, monkeypatch, tmp_pat
     assert kv_log.at(logging.WARNING) == []
 
 
-def _without_sfa_config(monkeypatch, cache_dtype=None):
+def _changed_v2_config(monkeypatch, cache_dtype=None):
     """V2's config without what makes ``enable_sfa`` true (``index_topk``), or with another
     ``--kv-cache-dtype``, for the runners f2 makes from now on."""
     real = f2.sparse_and_dcp
@@ -532,7 +532,7 @@ def _without_sfa_config(monkeypatch, cache_dtype=None):
 def test_packed_main_caches_without_sfa_in_the_model_config_stay_refused_stock_v2_raises(monkeypatch):
     """A packed SFA C8 spec in a model config without sparse attention: stock V2 splits it as MLA
     (nope, rope) and raises; the plugin refuses it by name before allocating."""
-    _without_sfa_config(monkeypatch)
+    _changed_v2_config(monkeypatch)
     mk = rf.deepseek_v32(num_blocks=4, num_layers=3, sfa_c8=True)
     with pytest.raises(ValueError, match=r"KV cache for model.layers.0.self_attn.attn is not a whole number of pages"):
         f2.stock_v2(mk)
@@ -546,7 +546,7 @@ def test_packed_main_caches_without_sfa_in_the_model_config_stay_refused_stock_v
 def test_packed_main_caches_v2_views_in_another_dtype_fall_back_to_stock(monkeypatch, kv_log):
     """An int8 packed SFA C8 spec with ``--kv-cache-dtype fp8``: stock V2 views it in fp8, not the
     spec's dtype the strategy lays out; refused by name, stock builds it in ``auto``."""
-    _without_sfa_config(monkeypatch, cache_dtype="fp8")
+    _changed_v2_config(monkeypatch, cache_dtype="fp8")
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     mk = rf.deepseek_v32(num_blocks=4, num_layers=3, sfa_c8=True)
     stock = f2.stock_v2(mk)
