@@ -58,6 +58,7 @@ def v2_runner(mk: rf.ModelKV, shared: dict[str, str] | None = None, **runner_kwa
     from vllm.model_executor.layers.attention import Attention  # noqa: PLC0415
 
     runner = mk.make_runner(**runner_kwargs)
+    sparse_and_dcp(runner, mk.specs)
     forward_context = runner.vllm_config.compilation_config.static_forward_context
     for name, target in (shared or {}).items():
         layer = Attention.__new__(Attention)
@@ -73,6 +74,25 @@ def v2_runner(mk: rf.ModelKV, shared: dict[str, str] | None = None, **runner_kwa
                 forward_context[name].attn_backend = group.backend
                 forward_context[name].get_attn_backend = lambda backend=group.backend: backend
     return runner
+
+
+#: DeepSeek V3.2's ``index_topk`` (its HF config.json): what makes vllm-ascend's ``enable_sfa`` true.
+INDEX_TOPK = 2048
+
+
+def sparse_and_dcp(runner: Any, specs: dict[str, Any]) -> None:
+    """What V2 reads from the ``VllmConfig`` where V1 reads the runner, set as a real config has it:
+    a sparse (SFA) model's HF config carries ``index_topk`` (``enable_sfa``; the runner's
+    ``use_sparse``), the DCP size is ``parallel_config.decode_context_parallel_size`` (the runner's
+    ``dcp_size``), and a packed SFA main cache's ``--kv-cache-dtype`` is
+    ``cache_config.cache_dtype`` (the spec's ``cache_dtype_str``, as the runner's ``c8_cache_dtype``)."""
+    config = runner.vllm_config
+    if getattr(runner, "use_sparse", False):
+        config.model_config.hf_text_config.index_topk = INDEX_TOPK
+    object.__setattr__(config.parallel_config, "decode_context_parallel_size", getattr(runner, "dcp_size", 1))
+    packed = [s for s in specs.values() if getattr(s, "uses_packed_sfa_main_cache", False)]
+    if packed:
+        object.__setattr__(config.cache_config, "cache_dtype", packed[0].cache_dtype_str)
 
 
 def allocate_main(runner: Any, kv_cache_config: Any) -> dict[str, Any]:

@@ -7,9 +7,15 @@ patched planner.
   PA form's separate K and V), kernel blocks of 128 in blocks of 256, sliding window beside
   full attention, MLA nope / rope, hybrids on one backing (plain and padded attention pages),
   and the published models of the Ascend zoo (zoo_models);
+* DeepSeek V3.2's sparse attention (SFA) on V2 (configs from runner_factory.deepseek_v32): the
+  indexer ``(k,)`` / ``(k, scale)`` in one raw buffer (bf16, LI C8, LI C4), the packed SFA C8 /
+  TurboQuant main caches ``(k,)``, and decode context parallelism (DCP-replicated indexers, dense
+  attention as separate K and V), each stock-equal and built by the plugin where it refused them;
 * refused by name before anything is allocated, stock building it in ``auto`` with one
   warning: a Mamba-only model (stock V2 aliases its layers), V2's model-wide branches
-  (KVPP, SFA, DCP, FA quant, DeepSeek V4, layerwise reuse) and spec classes it does not build;
+  (KVPP, FA quant, DeepSeek V4, layerwise reuse), packed SFA main caches V2 does not view as the
+  strategy (no SFA in the model config: stock V2 raises; another dtype) and spec classes it does
+  not build;
 * the seam: ``allocate_kv_cache_main`` looks both functions up at call time; ``auto`` patches
   V2 only where its code is 0.30.0rc2's; the runner wrapper warns only when the patched
   allocation did not run; logs and reports say who built the cache.
@@ -169,7 +175,6 @@ def _vllm_config(**over):
 @pytest.mark.parametrize(
     ("over", "named"),
     [
-        ({"parallel_config.decode_context_parallel_size": 2}, "decode context parallelism"),
         ({"model_config.hf_config": SimpleNamespace(compress_ratios=[1])}, "DeepSeek V4 KV cache"),
     ],
 )
@@ -184,7 +189,6 @@ def test_model_wide_branches_are_named(over, named):
 @pytest.mark.parametrize(
     ("module", "probe", "named"),
     [
-        ("vllm_ascend.utils", "enable_sfa", "sparse attention (SFA)"),
         ("vllm_ascend.quantization.utils", "enable_fa_quant", "quantised attention KV cache (FA quant)"),
         ("vllm_ascend.distributed.kv_transfer.kv_pool.ascend_store.layerwise_cache_layout",
          "get_layerwise_reuse_config", "layerwise KV cache reuse"),
@@ -248,27 +252,18 @@ def test_spec_classes_and_fields_it_does_not_build_are_named():
     assert "KV cache groups without a kernel block size (0 sizes)" in ascend_v2.unbuilt_reason(config, _config({"a.attn": plain}), [])
 
 
-#: Zoo models (zoo_models, TP 1) whose V2 layouts the plugin refuses, and the name it gives.
-ZOO_REFUSED = {"DeepSeek-V3.2-Exp MTP": "of AscendSFAIndexerCacheSpec"}
-
-
 @pytest.mark.parametrize("model", list(zm.MODELS), ids=list(zm.MODELS))
-def test_zoo_on_v2_is_stock_equal_or_refused_by_name(model, monkeypatch, kv_log):
+def test_zoo_on_v2_is_stock_equal(model, monkeypatch, kv_log):
     """Published models' KV caches (zoo_models, TP 1) through V2 in ``auto``: the plugin builds
-    every one stock-equal but those of :data:`ZOO_REFUSED`, which fall back naming why."""
+    every one stock-equal, DeepSeek-V3.2-Exp (sparse MLA + indexer) included, with no fallback."""
     reason = zm.MODELS[model].unsupported()
     if reason is not None:
         pytest.skip(reason)
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     mk = zm.MODELS[model].build(1)
     assert kc.layout_signature(f2.plugin_v2(mk)) == kc.layout_signature(f2.stock_v2(mk))
-    fallbacks = [m for m in kv_log.at(logging.WARNING) if "falling back" in m]
-    if model in ZOO_REFUSED:
-        [warning] = fallbacks
-        assert f"the strategies do not build the Ascend Model Runner V2 layouts {ZOO_REFUSED[model]}" in warning
-    else:
-        assert fallbacks == []
-        assert any(m.startswith(f"kv_strategies: rank 0: built {len(mk.specs)} layers") for m in kv_log.at(logging.INFO))
+    assert [m for m in kv_log.at(logging.WARNING) if "falling back" in m] == []
+    assert any(m.startswith(f"kv_strategies: rank 0: built {len(mk.specs)} layers") for m in kv_log.at(logging.INFO))
 
 
 # -- the seam, the release gate, the runner wrapper -------------------------------------------
@@ -410,3 +405,153 @@ def test_cross_layer_kv_sharing_layers_alias_their_target():
     ours = f2.plugin_v2(mk, shared)
     assert kc.layout_signature(ours) == kc.layout_signature(stock)
     assert ours["model.layers.2.self_attn.attn"] is ours["model.layers.0.self_attn.attn"]
+
+
+# -- DeepSeek V3.2's sparse attention (SFA) and decode context parallelism on V2 --------------
+
+INDEXER, MAIN, MiB2 = "model.layers.0.self_attn.indexer.k_cache", "model.layers.0.self_attn.attn", 2 * 1024 * 1024
+BF16, I8, U8, F16 = torch.bfloat16, torch.int8, torch.uint8, torch.float16
+LATENT = [((4, 128, 1, 512), BF16), ((4, 128, 1, 64), BF16)]  # the bf16 MLA main cache: nope, rope
+#: variant -> (deepseek_v32 arguments (4 blocks), the indexer's views (shape, dtype, byte offset in its one
+#: raw buffer), the main cache's views (shape, dtype)); as stock V2 builds them (LI C8: an fp16 scale per
+#: token after 4 x 128 x 128 int8 keys; LI C4: e8m0 pairs after uint8 keys of half the head; DCP r: r
+#: indexer sub-blocks per block; packed rows: 656 = 512 C8 + 64 bf16 + 4 fp32, 386 = 256 + 64 bf16 + 1 fp16)
+SFA = {
+    "bf16": ({}, [((4, 128, 1, 128), BF16, 0)], LATENT),
+    "LI C8": ({"li_c8": True}, [((4, 128, 1, 128), I8, 0), ((4, 128, 1, 1), F16, 4 * 128 * 128)], LATENT),
+    "LI C4": ({"li_c4": True}, [((4, 128, 1, 64), U8, 0), ((4, 128, 1, 2, 2), torch.float8_e8m0fnu, 4 * 128 * 64)], LATENT),
+    "SFA C8 int8": ({"sfa_c8": True}, [((4, 128, 1, 128), BF16, 0)], [((4, 128, 1, 656), I8)]),
+    "SFA C8 fp8": ({"sfa_c8": "fp8"}, [((4, 128, 1, 128), BF16, 0)], [((4, 128, 1, 656), torch.float8_e4m3fn)]),
+    "TurboQuant": ({"turboquant": True}, [((4, 128, 1, 128), BF16, 0)], [((4, 128, 1, 386), I8)]),
+    "SFA C8 + LI C8": ({"sfa_c8": True, "li_c8": True}, [((4, 128, 1, 128), I8, 0), ((4, 128, 1, 1), F16, 65536)],
+                       [((4, 128, 1, 656), I8)]),
+    "SFA C8, block 256": ({"sfa_c8": True, "block_size": 256}, [((4, 256, 1, 128), BF16, 0)], [((8, 128, 1, 656), I8)]),
+    "DCP 2, LI C8": ({"rep": 2, "li_c8": True}, [((8, 128, 1, 128), I8, 0), ((8, 128, 1, 1), F16, 8 * 128 * 128)], LATENT),
+    "DCP 4, LI C4": ({"rep": 4, "li_c4": True},
+                     [((16, 128, 1, 64), U8, 0), ((16, 128, 1, 2, 2), torch.float8_e8m0fnu, 16 * 128 * 64)], LATENT),
+    "DCP 2, SFA C8": ({"rep": 2, "sfa_c8": True}, [((8, 128, 1, 128), BF16, 0)], [((4, 128, 1, 656), I8)]),
+}
+
+
+@pytest.mark.parametrize("transfer", [False, True], ids=["plain", "kv_transfer"])
+@pytest.mark.parametrize("variant", SFA)
+def test_sparse_attention_equals_stock_v2(variant, transfer):
+    """Every layer stock-equal (storages, aliasing, offsets, strides, shapes, dtypes, bytes); the
+    indexer's key and scale views of one raw buffer of num_blocks pages, the main cache's own
+    buffers (a packed one: one ``(k,)`` view); with KV transfer each allocation 2 MiB-aligned."""
+    kwargs, indexer_views, main_views = SFA[variant]
+    mk = rf.deepseek_v32(num_blocks=4, num_layers=3, **kwargs)
+    stock, ours = f2.stock_v2(mk, kv_transfer=transfer), f2.plugin_v2(mk, kv_transfer=transfer)
+    assert kc.layout_signature(ours) == kc.layout_signature(stock)
+    assert {n: type(v) for n, v in ours.items()} == {n: type(v) for n, v in stock.items()} == dict.fromkeys(mk.specs, tuple)
+    indexer, main = ours[INDEXER], ours[MAIN]
+    assert [(tuple(t.shape), t.dtype, t.data_ptr() - indexer[0].data_ptr()) for t in indexer] == indexer_views
+    assert {t.untyped_storage().nbytes() for t in indexer} == {4 * mk.specs[INDEXER].page_size_bytes + (MiB2 if transfer else 0)}
+    assert [(tuple(t.shape), t.dtype) for t in main] == main_views
+    assert indexer[0].untyped_storage().data_ptr() not in {t.untyped_storage().data_ptr() for t in main}
+    if len(main) == 1:  # packed: one buffer of num_blocks pages
+        assert main[0].untyped_storage().nbytes() == 4 * mk.specs[MAIN].page_size_bytes + (MiB2 if transfer else 0)
+    if transfer:
+        assert all(p % MiB2 == 0 for p in first_bytes(ours).values())
+
+
+@pytest.mark.parametrize("transfer", [False, True], ids=["plain", "kv_transfer"])
+def test_dense_attention_under_dcp_is_separate_k_and_v_as_stock_v2(transfer):
+    """V2 interleaves K|V of plain full attention only without DCP (its DCP guard): with it each
+    layer gets separate contiguous K and V buffers, as stock V2."""
+    mk = rf.qwen3_8b(tp=4)
+    stock = f2.stock_v2(mk, dcp_size=2, kv_transfer=transfer)
+    ours = f2.plugin_v2(mk, dcp_size=2, kv_transfer=transfer)
+    assert kc.layout_signature(ours) == kc.layout_signature(stock)
+    k, v = ours[MAIN]
+    assert k.is_contiguous() and v.is_contiguous() and k.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
+    assert len(kc.storages(ours)) == 2 * len(mk.specs)
+    interleaved = f2.plugin_v2(mk, kv_transfer=transfer)  # control: without DCP, one K|V buffer per layer
+    assert not interleaved[MAIN][0].is_contiguous() and len(kc.storages(interleaved)) == len(mk.specs)
+
+
+def test_hybrid_under_dcp_equals_stock_v2():
+    """V2's hybrid backing does not depend on DCP; the plugin's neither: one backing of the tensor size."""
+    mk = rf.qwen3_next(tp=4)
+    ours = f2.plugin_v2(mk, dcp_size=2)
+    assert kc.layout_signature(ours) == kc.layout_signature(f2.stock_v2(mk, dcp_size=2))
+    assert list(kc.storages(ours).values()) == [mk.kv_cache_config.kv_cache_tensors[0].size]
+
+
+#: former V2 refusal -> (its config, make_runner arguments, the report's layers per strategy)
+FORMER_REFUSALS = {
+    "sparse attention (SFA), AscendSFAIndexerCacheSpec": (lambda: rf.deepseek_v32(num_blocks=4, num_layers=3), {},
+                                                          {"mla": 3, "sfa_indexer": 3}),
+    "packed SFA C8 main caches": (lambda: rf.deepseek_v32(num_blocks=4, num_layers=3, sfa_c8=True), {},
+                                  {"sfa_packed": 3, "sfa_indexer": 3}),
+    "TurboQuant main caches": (lambda: rf.deepseek_v32(num_blocks=4, num_layers=3, turboquant=True), {},
+                               {"sfa_packed": 3, "sfa_indexer": 3}),
+    "decode context parallelism, dense": (lambda: rf.qwen3_8b(tp=4), {"dcp_size": 2}, {"full_attention": 36}),
+    "decode context parallelism, DCP-replicated LI C8 indexers": (
+        lambda: rf.deepseek_v32(num_blocks=4, num_layers=3, rep=2, li_c8=True), {}, {"mla": 3, "sfa_indexer": 3}),
+}
+
+
+@pytest.mark.parametrize("former", FORMER_REFUSALS)
+def test_former_v2_refusals_are_built_by_the_plugin(former, monkeypatch, tmp_path, kv_log):
+    """Refused by name on V2 before (``sparse attention (SFA)``, ``AscendSFAIndexerCacheSpec``,
+    ``cache_sparse_sfa_c8`` / ``cache_sparse_sfa_turboquant``, ``decode context parallelism``):
+    in ``auto`` the plugin builds them now, no fallback, the report saying so."""
+    import json
+
+    from vllm_kv_strategies.report import schema
+
+    build, runner_kwargs, strategies = FORMER_REFUSALS[former]
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
+    mk = build()
+    assert ascend_v2.unbuilt_reason(f2.v2_runner(mk, **runner_kwargs).vllm_config, mk.kv_cache_config) is None
+    f2.plugin_v2(mk, **runner_kwargs)
+    data = json.loads((tmp_path / "kv_cache_report.latest.rank0.json").read_text())
+    schema.validate(data)
+    assert (data["built_by"], data["fallback_reason"], data["runner"]) == ("plugin", None, "NPUModelRunner (Ascend V2)")
+    assert data["totals"]["layers_per_strategy"] == strategies
+    assert kv_log.at(logging.WARNING) == []
+
+
+def _changed_v2_config(monkeypatch, cache_dtype=None):
+    """V2's config without what makes ``enable_sfa`` true (``index_topk``), or with another
+    ``--kv-cache-dtype``, for the runners f2 makes from now on."""
+    real = f2.sparse_and_dcp
+
+    def changed(runner, specs):
+        real(runner, specs)
+        if cache_dtype is None:
+            del runner.vllm_config.model_config.hf_text_config.index_topk
+        else:
+            object.__setattr__(runner.vllm_config.cache_config, "cache_dtype", cache_dtype)
+
+    monkeypatch.setattr(f2, "sparse_and_dcp", changed)
+
+
+def test_packed_main_caches_without_sfa_in_the_model_config_stay_refused_stock_v2_raises(monkeypatch):
+    """A packed SFA C8 spec in a model config without sparse attention: stock V2 splits it as MLA
+    (nope, rope) and raises; the plugin refuses it by name before allocating."""
+    _changed_v2_config(monkeypatch)
+    mk = rf.deepseek_v32(num_blocks=4, num_layers=3, sfa_c8=True)
+    with pytest.raises(ValueError, match=r"KV cache for model.layers.0.self_attn.attn is not a whole number of pages"):
+        f2.stock_v2(mk)
+    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
+    with pytest.raises(UnsupportedSpecError, match=r"the strategies do not build the Ascend Model Runner V2 layouts of "
+                       r"packed SFA main caches without sparse attention \(SFA\) in the model config \(stock V2 splits "
+                       r"them as MLA\) \(AscendMLAAttentionSpec, AscendSFAIndexerCacheSpec\)"):
+        f2.plugin_v2(mk)
+
+
+def test_packed_main_caches_v2_views_in_another_dtype_fall_back_to_stock(monkeypatch, kv_log):
+    """An int8 packed SFA C8 spec with ``--kv-cache-dtype fp8``: stock V2 views it in fp8, not the
+    spec's dtype the strategy lays out; refused by name, stock builds it in ``auto``."""
+    _changed_v2_config(monkeypatch, cache_dtype="fp8")
+    monkeypatch.setenv("KV_STRATEGIES", "auto")
+    mk = rf.deepseek_v32(num_blocks=4, num_layers=3, sfa_c8=True)
+    stock = f2.stock_v2(mk)
+    assert stock[MAIN][0].dtype == torch.float8_e4m3fn and mk.specs[MAIN].dtype == torch.int8
+    assert kc.layout_signature(f2.plugin_v2(mk)) == kc.layout_signature(stock)
+    [warning] = kv_log.at(logging.WARNING)
+    assert ("the strategies do not build the Ascend Model Runner V2 layouts of packed SFA main caches of torch.int8 "
+            "viewed in the --kv-cache-dtype 'fp8' (torch.float8_e4m3fn)") in warning

@@ -9,7 +9,8 @@ every layer is planned from its own spec by the strategies and checked
 before anything is allocated, then laid out in V2's forms
 (:mod:`vllm_kv_strategies.compat.ascend_v2`): private buffers per layer with
 K|V interleaved per kernel block (pitch: the physical page over the kernel
-blocks per block) or separate K/V (MLA: nope/rope), and for hybrids one
+blocks per block) or separate K/V (MLA: nope/rope; a packed SFA main cache
+one ``(k,)`` buffer; an SFA indexer its key and scale in one buffer), and for hybrids one
 backing with each layer's region at ``offset + i x layer_stride``, Mamba
 states page-strided. What V2 lays out otherwise is refused by name and stock
 builds it (one warning in ``auto``). The runner's ``initialize_kv_cache`` is
@@ -113,7 +114,7 @@ class AscendV2AllocationAdapter(RunnerAdapter):
             backing = (backing_bytes(kv_cache_config), {name: (start, n * page) for name, (start, page, _) in regions.items()})
             return V2Plan(plan, combined, [], backing)
         plan = plan_kv_cache(facts.private_layer_config(kv_cache_config, skip), dims, skip_layers=skip)
-        layouts, _ = plan_layout(plan, interleaved_kv=combined)
+        layouts, _ = plan_layout(plan, coallocated=v2.COALLOCATED_GROUPS, interleaved_kv=combined)
         return V2Plan(plan, combined, layouts, None)
 
     def _decide(self, kv_cache_config: Any, shared_layers: dict[str, str], kernel_block_sizes: list[int] | None = None) -> V2Plan | None:

@@ -51,11 +51,24 @@ on CPU (tests/ascend/test_ascend_030_v2.py):
   (``[pad | nope all | rope all]``), not built.
 * KV transfer: every allocation (each private buffer, the hybrid backing) is
   over-allocated by 2 MiB and its start aligned to 2 MiB.
+* **Sparse attention** (DeepSeek V3.2, ``enable_sfa``: the HF config's
+  ``index_topk``): every attention layer takes separate buffers, as V1 0.30.
+  The MLA main cache is nope and rope; a packed main cache (SFA C8 /
+  TurboQuant, the spec's ``uses_packed_sfa_main_cache``) is one buffer of
+  ``num_blocks x page`` bytes viewed ``(k,)`` in the ``--kv-cache-dtype``'s
+  dtype (int8 for TurboQuant); an ``AscendSFAIndexerCacheSpec`` layer gets
+  its key and, with ``scale_dim``, its scale in one raw buffer, the scale at
+  the key's end rounded up to its dtype
+  (``_allocate_sparse_c8_indexer_tensors``), viewed ``(num_blocks x r, ...)``
+  with r = ``sfa_dcp_replicated_indexer_size``, never split into kernel
+  blocks. Plain full attention there is separate K and V too.
+* **Decode context parallelism** (``decode_context_parallel_size`` > 1): plain
+  full attention outside hybrids takes separate K and V (V2's DCP guard),
+  with the DCP-replicated indexers above; the rest as without DCP.
 * Branches taken before any of this, none built by the strategies: KVPP,
   DeepSeek V4 / V4.1, GLM-5-next, layerwise KV cache reuse, kpool tails,
-  hidden-state caches, sparse KV offload (``store_on_host``), SFA (indexer
-  caches, packed main caches), FA quant, compressed caches, hisparse (never
-  reaches ``allocate_kv_cache``).
+  hidden-state caches, sparse KV offload (``store_on_host``), FA quant,
+  compressed caches, hisparse (never reaches ``allocate_kv_cache``).
 
 The strategies give every layer's parts (:func:`~vllm_kv_strategies.plan.plan_kv_cache`);
 these functions say which V2 form each layer takes and what is refused.
@@ -71,12 +84,14 @@ from .ascend_strided import is_hybrid, is_mamba, is_mla, layer_specs
 #: Spec classes (exact) whose V2 layouts the strategies build.
 BUILT_SPEC_CLASSES = frozenset(
     {"FullAttentionSpec", "SlidingWindowSpec", "ChunkedLocalAttentionSpec", "MLAAttentionSpec", "AscendMLAAttentionSpec",
-     "MambaSpec"}
+     "MambaSpec", "AscendSFAIndexerCacheSpec"}
 )
+#: Part groups V2 places in one raw buffer: the indexer key and its scale
+#: (``_allocate_sparse_c8_indexer_tensors``, one 2 MiB-aligned allocation with KV transfer).
+COALLOCATED_GROUPS = frozenset({"indexer"})
 #: Spec fields that select a V2 branch the strategies do not build (truthy, or > 1 for ``tokens_per_state``).
 _UNBUILT_FIELDS = (
-    "store_on_host", "cache_sparse_sfa_c8", "cache_sparse_sfa_turboquant", "indexes_kv_by_block_stride",
-    "state_content_bytes", "sparse_head_dim",
+    "store_on_host", "indexes_kv_by_block_stride", "state_content_bytes", "sparse_head_dim",
 )
 #: The interleaved K|V form (one buffer per layer) and the separate one.
 COMBINED, SPLIT = "combined", "split"
@@ -89,7 +104,6 @@ def _model_reasons(vllm_config: Any) -> list[str]:
         get_layerwise_reuse_config,
     )
     from vllm_ascend.quantization.utils import enable_fa_quant
-    from vllm_ascend.utils import enable_sfa
 
     found = []
     if KVPPConfig.from_vllm_config(vllm_config).size > 1:
@@ -99,13 +113,51 @@ def _model_reasons(vllm_config: Any) -> list[str]:
         found.append("DeepSeek V4 KV cache")
     if get_layerwise_reuse_config(vllm_config.kv_transfer_config) is not None:
         found.append("layerwise KV cache reuse")
-    if enable_sfa(vllm_config):
-        found.append("sparse attention (SFA)")
     if enable_fa_quant(vllm_config):
         found.append("quantised attention KV cache (FA quant)")
-    if getattr(vllm_config.parallel_config, "decode_context_parallel_size", 1) > 1:
-        found.append("decode context parallelism")
     return found
+
+
+def uses_sfa(vllm_config: Any) -> bool:
+    """vllm-ascend's ``enable_sfa(vllm_config)`` (the HF config's ``index_topk``,
+    no DeepSeek V4 / kpool indexer), which selects V2's sparse branches."""
+    from vllm_ascend.utils import enable_sfa
+
+    return bool(enable_sfa(vllm_config))
+
+
+def uses_dcp(vllm_config: Any) -> bool:
+    """Decode context parallelism (``decode_context_parallel_size`` > 1), V2's DCP guard."""
+    return (getattr(getattr(vllm_config, "parallel_config", None), "decode_context_parallel_size", 1) or 1) > 1
+
+
+def packed_view_dtype(vllm_config: Any) -> Any:
+    """The dtype V2 views a packed SFA main cache in: int8 for TurboQuant, else
+    the ``--kv-cache-dtype``'s (``kv_cache_dtype_str_to_dtype``), as
+    ``_reshape_kv_cache_v2`` (0.30)."""
+    import torch
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+    from vllm_ascend.quantization.methods.kv_cache.turboquant import TURBOQUANT_CACHE_DTYPE
+
+    cache_dtype = vllm_config.cache_config.cache_dtype
+    if cache_dtype == TURBOQUANT_CACHE_DTYPE:
+        return torch.int8
+    return kv_cache_dtype_str_to_dtype(cache_dtype, vllm_config.model_config)
+
+
+def _packed_reasons(vllm_config: Any, specs: dict[str, Any]) -> list[str]:
+    """Packed SFA main caches V2 does not view as the ``sfa_packed`` strategy lays them out."""
+    packed = [s for s in specs.values() if getattr(s, "uses_packed_sfa_main_cache", False)]
+    if not packed:
+        return []
+    if not uses_sfa(vllm_config):
+        return ["packed SFA main caches without sparse attention (SFA) in the model config (stock V2 splits them as MLA)"]
+    dtype = packed_view_dtype(vllm_config)
+    other = sorted({str(s.dtype) for s in packed if s.dtype != dtype})
+    if other:
+        return [f"packed SFA main caches of {', '.join(other)} viewed in the --kv-cache-dtype "
+                f"{vllm_config.cache_config.cache_dtype!r} ({dtype})"]
+    return []
 
 
 def _spec_reasons(specs: dict[str, Any]) -> list[str]:
@@ -157,6 +209,8 @@ def unbuilt_reason(vllm_config: Any, kv_cache_config: Any, kernel_block_sizes: l
     specs = layer_specs(kv_cache_config)
     found = _model_reasons(vllm_config) + _spec_reasons(specs)
     if not found:
+        found = _packed_reasons(vllm_config, specs)
+    if not found:
         found = _tensor_reasons(vllm_config, kv_cache_config, specs)
     if kernel_block_sizes is not None and len(kernel_block_sizes) < len(kv_cache_config.kv_cache_groups):
         found.append(f"KV cache groups without a kernel block size ({len(kernel_block_sizes)} sizes)")
@@ -170,8 +224,9 @@ def combined_kv_layers(vllm_config: Any, kv_cache_config: Any) -> frozenset[str]
     """The layers V2 gives one buffer with K and V interleaved per kernel
     block outside hybrids: an exact ``FullAttentionSpec`` whose backend is
     not sparse and whose layer needs no contiguous PA cache, as
-    ``_allocate_kv_cache`` selects them (0.30). In a hybrid every non-MLA
-    attention layer takes that form."""
+    ``_allocate_kv_cache`` selects them (0.30); none in a sparse attention
+    (SFA) model or under decode context parallelism (V2's guards). In a
+    hybrid every non-MLA attention layer takes that form."""
     from vllm.config import get_layers_from_vllm_config
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
@@ -179,6 +234,8 @@ def combined_kv_layers(vllm_config: Any, kv_cache_config: Any) -> frozenset[str]
     specs = layer_specs(kv_cache_config)
     if is_hybrid(kv_cache_config):
         return frozenset(n for n, s in specs.items() if not is_mamba(s) and not is_mla(s))
+    if uses_sfa(vllm_config) or uses_dcp(vllm_config):
+        return frozenset()
     layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)
     out = set()
     for name, spec in specs.items():
