@@ -33,6 +33,7 @@ from typing import Any, Callable
 from ..compat import ascend as facts
 from ..errors import KVStrategiesError, StockWouldFailError
 from . import model as deploy_model
+from .ascend_worker import fresh_graph_params, worker_patches
 from .budget import Budget
 
 
@@ -201,30 +202,6 @@ def storage_bytes(kv_caches: Any) -> int:
     return sum(seen.values())
 
 
-@contextlib.contextmanager
-def fresh_graph_params():
-    """vllm-ascend's per-process ACL graph parameters (``compilation.acl_graph``:
-    ``_graph_params`` and the draft ones, which ``set_graph_params`` sets once
-    per worker process, at its KV cache initialisation) cleared for one more
-    initialisation in this process, and restored after."""
-    import importlib
-
-    try:
-        module = importlib.import_module("vllm_ascend.compilation.acl_graph")
-    except ImportError:
-        yield
-        return
-    names = [n for n in vars(module) if n.startswith("_") and "graph" in n and n.endswith("params")]
-    saved = {n: getattr(module, n) for n in names}
-    for name in names:
-        setattr(module, name, None)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(module, name, value)
-
-
 def build(vllm_config, runner: Any, kv_cache_config: Any, layers: dict[str, Any]) -> int:
     """The runner's own ``initialize_kv_cache`` of ``kv_cache_config`` on the
     meta device, with the stage's ``layers`` in the forward context; returns
@@ -246,16 +223,6 @@ def plugin_refusal(vllm_config, runner: Any, kv_cache_config: Any, layers: dict[
     except KVStrategiesError as exc:
         return str(exc), isinstance(exc, StockWouldFailError)
     return None, False
-
-
-def worker_patches() -> None:
-    """vllm-ascend's worker patches (``vllm_ascend.utils.adapt_patch()``:
-    ``vllm_ascend.patch.worker``), applied as ``NPUWorker.__init__`` applies
-    them before it loads the model; the engine configs are made before, as
-    in the front-end process."""
-    from vllm_ascend.utils import adapt_patch
-
-    adapt_patch()
 
 
 def plan_side(name: str, vllm_config, budget_for: Callable[[Any, int], Budget], progress=None) -> tuple[Side, Any]:

@@ -134,7 +134,8 @@ def ascend_lines(prediction) -> list[str]:
                 if stock_scale != 1.0 else "the worker's budget step leaves it whole")
         lines.append(f"{label}: KV cache memory {side.available:,} bytes per worker; {step}")
         if side.refusal:
-            lines.append(f"  vLLM refuses (its own words): {side.refusal}")
+            lines.append("  vLLM refuses, in the words above" if side.refusal == prediction.refusal
+                         else f"  vLLM refuses (its own words): {side.refusal}")
             continue
         blocks = ", ".join(sorted({f"{row['kind']} {row['block_size']}" for row in group_rows(side.workers[0])}))
         capacity = (f"; vLLM would log KV cache size: {side.tokens:,} tokens ({side.max_concurrency:.2f}x)"
@@ -146,16 +147,21 @@ def ascend_lines(prediction) -> list[str]:
         if side.build_error:
             lines.append(f"  its own KV cache build raises on this config: {side.build_error}")
             continue
-        allocated = side.allocated[0]
-        lines.append(f"  allocates {allocated:,} bytes per worker = {allocated / side.available:.2f} x the KV cache memory"
-                     if side.available > 0 else f"  allocates {allocated:,} bytes per worker")
+        allocated = max(side.allocated)
+        share = f" = {allocated / side.available:.2f} x the KV cache memory" if side.available > 0 else ""
+        if len(set(side.allocated)) == 1:
+            lines.append(f"  allocates {allocated:,} bytes per worker{share}")
+        else:  # pipeline stages of different layer counts: the planner gives every worker the same num_blocks
+            tp = prediction.vllm_config.parallel_config.tensor_parallel_size
+            stages = ", ".join(f"stage {s}: {b:,}" for s, b in enumerate(side.allocated[::tp]))
+            lines.append(f"  allocates per worker, by pipeline stage, {stages} bytes; at most {allocated:,}{share}")
         if allocated > side.available:
             lines.append("  " + _beyond(prediction.budget, allocated - side.available))
     stock, plugin = prediction.ascend["stock"], prediction.ascend["plugin"]
     if stock.allocated and plugin.allocated:
         tokens = ((f"tokens {plugin.tokens / stock.tokens:.2f} x" if stock.tokens and plugin.tokens else
                   f"attention token slots {_slots(plugin) / _slots(stock):.2f} x" if _slots(stock) else ""))
-        lines.append(f"plugin / stock per worker: bytes allocated {plugin.allocated[0] / stock.allocated[0]:.2f} x"
+        lines.append(f"plugin / stock per worker: bytes allocated {sum(plugin.allocated) / sum(stock.allocated):.2f} x"
                      + (f", {tokens}" if tokens else ""))
     return lines
 
