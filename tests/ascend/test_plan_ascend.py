@@ -200,3 +200,22 @@ def test_budget_refused_on_both_sides_is_quoted_once(tmp_path):
     assert f"max seq len (8192), ({28 * 2 * 8 * 128 * 2 * 8192 / 2**30:.2f} GiB KV cache is needed" in refusal
     assert data["ascend"]["stock"]["refusal"] == data["ascend"]["plugin"]["refusal"] == refusal
     assert result.stdout.count(refusal) == 1 and result.stdout.count("  vLLM refuses, in the words above\n") == 2
+
+
+@pytest.mark.skipif(RELEASE < (0, 18) or RELEASE >= (0, 30), reason="0.11 / 0.13 initialise the KV cache without the "
+                    "drafter's loaded layers (planned: 437 blocks); 0.30: no MoE model builds in this cell")
+def test_mtp_drafter_not_loaded_is_said(tmp_path):
+    """DeepSeek-V3 with its MTP layer (``deepseek_mtp``): 61 + 1 MLA layers, 4,000,000,000 // (62 x
+    147,456) = 437 blocks. From 0.18 the runner's ``initialize_kv_cache`` reads the drafter's
+    attention layers, which ``load_model`` sets and plan does not run: plan says that this KV cache
+    is not planned here, rather than that the configuration fails."""
+    result, data = plan(tmp_path, "deepseek-v3", "--tensor-parallel-size", "8", "--max-model-len", "8192",
+                        "--kv-cache-memory-bytes", "4000000000", "--speculative-config",
+                        '{"method":"deepseek_mtp","num_speculative_tokens":1}')
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert data["num_blocks"] == 4_000_000_000 // (62 * 128 * 576 * 2) == 437
+    for side in ("stock", "plugin"):
+        assert data["ascend"][side]["bytes_allocated_per_worker"] == []
+        assert data["ascend"][side]["build_error"].endswith(
+            "plan builds the draft model but does not run the drafter's load_model: the KV cache of this speculative "
+            "configuration is not planned here)")

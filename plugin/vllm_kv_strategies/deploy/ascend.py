@@ -255,6 +255,10 @@ def plan_side(name: str, vllm_config, budget_for: Callable[[Any, int], Budget], 
             per_stage = [build(vllm_config, runners[s], workers[s * tp], stage["layers"]) for s, stage in enumerate(stages)]
         except Exception as exc:  # the side's own build raises on this config (it would at start-up too)
             side.build_error = f"{type(exc).__name__}: {exc}"
+            if vllm_config.speculative_config is not None and "Proposer" in str(exc):
+                side.build_error += (" (the worker loads its drafter, whose layers this initialisation reads, before it; "
+                                     "plan builds the draft model but does not run the drafter's load_model: "
+                                     "the KV cache of this speculative configuration is not planned here)")
         else:
             side.allocated = [per_stage[w // tp] for w in range(len(workers))]
     return side, prediction
