@@ -219,3 +219,16 @@ def test_mtp_drafter_not_loaded_is_said(tmp_path):
         assert data["ascend"][side]["build_error"].endswith(
             "plan builds the draft model but does not run the drafter's load_model: the KV cache of this speculative "
             "configuration is not planned here)")
+
+
+def test_arguments_the_plan_does_not_follow_are_noted(tmp_path):
+    """``--block-size 16`` (CUDA's habit): vllm-ascend plans 128-token blocks (its platform sets them),
+    so Qwen3-0.6B's page is 2 x 128 x 8 x 128 x 2 = 524,288 bytes and 1,000,000,000 // (28 x 524,288)
+    = 68 blocks; plan notes the block size given and, beside the exact budget, the unused ``--device``."""
+    swap = ["--swap-space", "0"] if RELEASE < (0, 18) else []
+    result, data = plan(tmp_path, "qwen3-0.6b", "--block-size", "16", "--device", "a3", "--max-model-len", "4096",
+                        "--kv-cache-memory-bytes", "1000000000", *swap)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert data["num_blocks"] == 1_000_000_000 // (28 * 2 * 128 * 8 * 128 * 2) == 68
+    assert ("\nnote: --block-size 16 given; the blocks planned are of 128 tokens, as vLLM's platform sets them for "
+            "this model\nnote: --device a3 is not used: the budget given is exact\n") in result.stdout

@@ -194,10 +194,26 @@ def _run(argv: list[str]) -> int:
         raise BadInput(f"cannot plan: vLLM could not build {args.model_dir} on the meta device for these arguments "
                        f"({type(exc).__name__}: {_one_line(exc)})") from None
     prediction.seconds = time.monotonic() - start
+    prediction.notes = notes(args, prediction)
     print(render.table(prediction, args.model_dir))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
     return 1 if prediction.refusal else 0
+
+
+def notes(args, prediction) -> list[str]:
+    """Arguments given that the plan does not follow: ``--block-size`` where the
+    platform plans other blocks (vllm-ascend's 128 tokens; a hybrid's aligned
+    pages), ``--device`` / ``--device-memory-gib`` beside an exact budget."""
+    out = []
+    planned = sorted({g.kv_cache_spec.block_size for w in prediction.workers for g in w.kv_cache_groups})
+    if args.block_size is not None and planned and args.block_size not in planned:
+        out.append(f"--block-size {args.block_size} given; the blocks planned are of "
+                   f"{', '.join(map(str, planned))} tokens, as vLLM's platform sets them for this model")
+    if prediction.budget.exact and (args.device or args.device_memory_gib):
+        given = f"--device {args.device}" if args.device else f"--device-memory-gib {args.device_memory_gib:g}"
+        out.append(f"{given} is not used: the budget given is exact")
+    return out
 
 
 def budget_source(args):

@@ -62,6 +62,7 @@ def headline(prediction, model_dir: str) -> list[str]:
         f"model: {params} parameters per rank (per pipeline stage), dtype {str(m.dtype).removeprefix('torch.')}, "
         f"kv cache dtype {config.cache_config.cache_dtype}",
         *prediction.budget.lines(),
+        *(f"note: {note}" for note in prediction.notes),
         *([f"note: planned for this machine's vLLM platform ({config.device_config.device_type}): the block size and "
            "attention backends are that platform's; plan where the deployment runs for its own"]
           if not prediction.budget.exact and config.device_config.device_type == "cpu" else []),
