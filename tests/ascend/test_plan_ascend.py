@@ -132,6 +132,7 @@ def test_mla_deepseek_v3_uneven_pipeline_stages(tmp_path):
                         "--max-model-len", "8192", "--kv-cache-memory-bytes", "4000000000", *swap)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("plan: "), result.stdout[:500]  # vLLM's log lines stay off stdout
+    assert "\n\n\n" not in result.stdout  # one blank line between the table and the sides (no capacity line here)
     assert data["num_blocks"] == 4_000_000_000 // (31 * page) == 875
     specs = [spec for rank in data["ranks"] for group in rank["groups"] for spec in group["specs"]]
     assert [(s["page_size_bytes"], s["num_kv_heads"], s["head_size"], len(s["layers"])) for s in specs] == (

@@ -95,7 +95,7 @@ def table(prediction, model_dir: str) -> str:
     distinct = {side.line(): w for w, side in reversed(list(enumerate(prediction.sides)))}
     for line, worker in sorted(distinct.items(), key=lambda item: item[1]):
         lines.append(line if len(distinct) == 1 else f"rank {worker}: {line}")
-    lines += ascend_lines(prediction)
+    lines += ascend_lines(prediction)[1 if lines[-1] == "" else 0:]  # one blank line before the sides
     lines.append(f"planned in {prediction.seconds:.1f} s")
     return "\n".join(lines)
 
