@@ -222,8 +222,11 @@ def _report(args: argparse.Namespace) -> int:
     try:
         plans = [p for p in args.paths if plan_file.is_plan(p)]
         if plans and (len(args.paths) != 2 or plans != args.paths[:1]):
+            wrong = next((p for p in plans if p != args.paths[0]), plans[0]) if len(args.paths) == 2 else plans[0]
+            what = ("a plan file too, not a run's report" if len(plans) == 2 else "a plan file, given second"
+                    if wrong != args.paths[0] else "a plan file (plan --json)")
             raise schema.ReportError(
-                f"{plans[0]}: a plan file (plan --json); compare it with a run's report: report PLAN RUN_REPORT "
+                f"{wrong}: {what}; compare a plan with a run's report: report PLAN RUN_REPORT "
                 "(the plan first, then one report file or a directory holding one rank)"
             )
         if len(args.paths) == 1 and os.path.isdir(args.paths[0]):

@@ -14,7 +14,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # as plan sets it; the stubs import vLLM first (0.23)
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # as plan sets it; the stubs import vLLM before plan runs
 
 import npu_stubs  # noqa: E402
 

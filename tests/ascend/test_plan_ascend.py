@@ -144,3 +144,123 @@ def test_plan_bytes_equal_the_benchmarks(tmp_path):
         measured = bench.measure(build(num_blocks), fn, transfer=False)
         assert data["ascend"][side]["num_blocks"] == num_blocks
         assert data["ascend"][side]["bytes_allocated_per_worker"][0] == measured["bytes_allocated"], side
+
+
+@pytest.mark.skipif(RELEASE >= (0, 30), reason="vllm-ascend 0.30.0rc2's FusedMoE patch passes n_shared_experts, which "
+                    "the paired vLLM 0.30.0 wheel's RoutedExperts does not take: no MoE model builds in this cell")
+def test_mla_deepseek_v3_uneven_pipeline_stages(tmp_path):
+    """DeepSeek-V3 (61 MLA layers, kv_lora_rank 512 + rope 64, bf16, block 128) at TP 4 x PP 2: built
+    with vllm-ascend's MLA layer (``AscendMultiHeadLatentAttention``, which ``NPUWorker`` registers;
+    vLLM's own wrapper does not pass vllm-ascend's MLA backend its ``rotary_emb``). A page is
+    128 x 576 x 2 = 147,456 bytes, not split by TP; stage 0 holds 31 layers, stage 1 30, and vLLM
+    gives every worker the smaller count: 4,000,000,000 // (31 x 147,456) = 875 blocks. Each stage's
+    workers allocate their own layers' pages, and plan says so per stage. ``--swap-space 0`` before
+    0.18: vLLM's swap check measures this machine's memory (4 GiB x TP by default)."""
+    page = 128 * (512 + 64) * 2
+    swap = ["--swap-space", "0"] if RELEASE < (0, 18) else []
+    result, data = plan(tmp_path, "deepseek-v3", "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2",
+                        "--max-model-len", "8192", "--kv-cache-memory-bytes", "4000000000", *swap)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("plan: "), result.stdout[:500]  # vLLM's log lines stay off stdout
+    assert "\n\n\n" not in result.stdout  # one blank line between the table and the sides (no capacity line here)
+    assert data["num_blocks"] == 4_000_000_000 // (31 * page) == 875
+    specs = [spec for rank in data["ranks"] for group in rank["groups"] for spec in group["specs"]]
+    assert [(s["page_size_bytes"], s["num_kv_heads"], s["head_size"], len(s["layers"])) for s in specs] == (
+        [(page, 1, 576, 31)] * 4 + [(page, 1, 576, 30)] * 4)
+    # vLLM 0.11's planner lowers num_blocks to the smallest but keeps each worker's tensors of its
+    # own count ("valid to only use the first num_blocks blocks"): stage 1 allocates 4e9 // (30 x page) = 904
+    stage_1 = (4_000_000_000 // (30 * page) if RELEASE < (0, 13) else 875) * 30 * page
+    stages = [875 * 31 * page] * 4 + [stage_1] * 4
+    for side in ("stock", "plugin"):
+        assert data["ascend"][side]["num_blocks"] == 875
+        assert data["ascend"][side]["bytes_allocated_per_worker"] == stages
+    assert (f"allocates per worker, by pipeline stage, stage 0: {stages[0]:,}, stage 1: {stages[-1]:,} bytes; "
+            f"at most {stages[0]:,} = 1.00 x the KV cache memory") in result.stdout
+
+
+def plan_error(tmp_path, model: str, *args: str) -> subprocess.CompletedProcess:
+    result, data = plan(tmp_path, model, *args)
+    assert (result.returncode, result.stdout, data) == (2, "", None), result.stderr[-2000:]
+    return result
+
+
+@pytest.mark.skipif(RELEASE >= (0, 18), reason="vLLM 0.18+ has no --swap-space nor its check of this machine's memory")
+def test_swap_space_check_of_this_machine_is_explained(tmp_path):
+    """vLLM before 0.18 refuses a swap space over 70% of THIS machine's memory (swap GiB x TP): plan
+    says that the check measures the planning machine and that V1 does not use the swap space."""
+    result = plan_error(tmp_path, "qwen3-0.6b", "--swap-space", "100000", "--kv-cache-memory-bytes", "100000000")
+    assert "Too large swap space" in result.stderr
+    assert result.stderr.endswith("(vLLM checks --swap-space GiB x the tensor parallel size against THIS machine's "
+                                  "memory; vLLM V1 does not use the swap space: pass --swap-space 0 to plan here)\n")
+
+
+@pytest.mark.skipif(RELEASE < (0, 23), reason="vLLM before 0.23 loads the KV connector class after the engine config")
+def test_config_needing_a_module_not_installed_says_which(tmp_path):
+    """``--kv-transfer-config`` naming vllm-ascend's Mooncake connector: vLLM 0.23+ imports its class
+    while making the engine config, which imports ``mooncake`` (the transfer engine, installed only
+    where it serves); plan names the module instead of saying vLLM rejects the configuration."""
+    import importlib.util
+
+    if importlib.util.find_spec("mooncake") is not None:
+        pytest.skip("mooncake is installed in this environment: the configuration is made")
+    result = plan_error(tmp_path, "qwen3-0.6b", "--kv-cache-memory-bytes", "100000000", "--kv-transfer-config",
+                        '{"kv_connector":"MooncakeConnectorV1","kv_role":"kv_producer"}')
+    assert result.stderr.endswith("plan: error: the configuration needs mooncake, which is not installed here "
+                                  "(ModuleNotFoundError: No module named 'mooncake'); plan in the environment that "
+                                  "serves, or install it\n")
+
+
+@pytest.mark.skipif(RELEASE < (0, 30), reason="vllm-ascend 0.30's platform asserts FP8 attention hardware for fp8 caches")
+def test_platform_assertion_is_located(tmp_path):
+    """``--kv-cache-dtype fp8`` on an A2 (the cell's SoC): vllm-ascend 0.30's ``check_and_update_config``
+    asserts FP8 attention hardware with no message, and pydantic reports "Assertion failed";
+    plan names the function, file, line and the assertion."""
+    result = plan_error(tmp_path, "qwen3-0.6b", "--kv-cache-memory-bytes", "100000000", "--kv-cache-dtype", "fp8")
+    assert "plan: error: vLLM rejects the configuration: assertion failed in check_and_update_config (vllm_ascend/platform.py:" in result.stderr
+    assert result.stderr.endswith("assert get_current_hardware_profile().supports(HardwareCapability.FP8_ATTENTION)\n")
+
+
+def test_budget_refused_on_both_sides_is_quoted_once(tmp_path):
+    """Qwen3-0.6B (28 layers, 8 KV heads x 128, bf16) at max model len 8,192 needs 28 x 2 x 8 x 128 x 2 x
+    8,192 bytes (0.88 GiB) for one request: a 100,000,000-byte budget is refused on both sides in the
+    same words, quoted once; exit 1."""
+    swap = ["--swap-space", "0"] if RELEASE < (0, 18) else []
+    result, data = plan(tmp_path, "qwen3-0.6b", "--max-model-len", "8192", "--kv-cache-memory-bytes", "100000000", *swap)
+    assert result.returncode == 1, result.stderr[-2000:]
+    refusal = data["refusal"]
+    assert f"max seq len (8192), ({28 * 2 * 8 * 128 * 2 * 8192 / 2**30:.2f} GiB KV cache is needed" in refusal
+    assert data["ascend"]["stock"]["refusal"] == data["ascend"]["plugin"]["refusal"] == refusal
+    assert result.stdout.count(refusal) == 1 and result.stdout.count("  vLLM refuses, in the words above\n") == 2
+
+
+@pytest.mark.skipif(RELEASE < (0, 18) or RELEASE >= (0, 30), reason="0.11 / 0.13 initialise the KV cache without the "
+                    "drafter's loaded layers (planned: 437 blocks); 0.30: no MoE model builds in this cell")
+def test_mtp_drafter_not_loaded_is_said(tmp_path):
+    """DeepSeek-V3 with its MTP layer (``deepseek_mtp``): 61 + 1 MLA layers, 4,000,000,000 // (62 x
+    147,456) = 437 blocks. From 0.18 the runner's ``initialize_kv_cache`` reads the drafter's
+    attention layers, which ``load_model`` sets and plan does not run: plan says that this KV cache
+    is not planned here, rather than that the configuration fails, and exits 0."""
+    result, data = plan(tmp_path, "deepseek-v3", "--tensor-parallel-size", "8", "--max-model-len", "8192",
+                        "--kv-cache-memory-bytes", "4000000000", "--speculative-config",
+                        '{"method":"deepseek_mtp","num_speculative_tokens":1}')
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert data["num_blocks"] == 4_000_000_000 // (62 * 128 * 576 * 2) == 437
+    for side in ("stock", "plugin"):
+        assert data["ascend"][side]["bytes_allocated_per_worker"] == []
+        assert data["ascend"][side]["not_planned"] is True
+        assert data["ascend"][side]["build_error"].endswith(
+            "plan builds the draft model but does not run the drafter's load_model: the KV cache of this speculative "
+            "configuration is not planned here)")
+
+
+def test_arguments_the_plan_does_not_follow_are_noted(tmp_path):
+    """``--block-size 16`` (CUDA's habit): vllm-ascend plans 128-token blocks (its platform sets them),
+    so Qwen3-0.6B's page is 2 x 128 x 8 x 128 x 2 = 524,288 bytes and 1,000,000,000 // (28 x 524,288)
+    = 68 blocks; plan notes the block size given and, beside the exact budget, the unused ``--device``."""
+    swap = ["--swap-space", "0"] if RELEASE < (0, 18) else []
+    result, data = plan(tmp_path, "qwen3-0.6b", "--block-size", "16", "--device", "a3", "--max-model-len", "4096",
+                        "--kv-cache-memory-bytes", "1000000000", *swap)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert data["num_blocks"] == 1_000_000_000 // (28 * 2 * 128 * 8 * 128 * 2) == 68
+    assert ("\nnote: --block-size 16 given; the blocks planned are of 128 tokens, as vLLM's platform sets them for "
+            "this model\nnote: --device a3 is not used: the budget given is exact\n") in result.stdout

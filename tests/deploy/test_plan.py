@@ -299,6 +299,8 @@ def test_report_names_a_plan_file_given_alone_or_second(tmp_path, capsys):
     code, _, err, data = plan(capsys, llama(tmp_path), "--kv-cache-memory-bytes", 2**26, "--max-model-len", MAX_MODEL_LEN)
     assert code == 0, err
     path = str(tmp_path / "plan.json")
-    for paths in ([path], [path, path], [str(tmp_path / "run.json"), path]):
+    for paths, what in (([path], "a plan file (plan --json)"), ([path, path], "a plan file too, not a run's report"),
+                        ([str(tmp_path / "run.json"), path], "a plan file, given second")):
         assert main(["report", *paths]) == 2
-        assert "a plan file (plan --json); compare it with a run's report: report PLAN RUN_REPORT" in capsys.readouterr().err
+        assert capsys.readouterr().err == (f"error: {path}: {what}; compare a plan with a run's report: report PLAN "
+                                           "RUN_REPORT (the plan first, then one report file or a directory holding one rank)\n")

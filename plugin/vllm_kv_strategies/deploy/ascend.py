@@ -33,6 +33,7 @@ from typing import Any, Callable
 from ..compat import ascend as facts
 from ..errors import KVStrategiesError, StockWouldFailError
 from . import model as deploy_model
+from .ascend_worker import fresh_graph_params, worker_patches
 from .budget import Budget
 
 
@@ -54,6 +55,8 @@ class Side:
             (then stock builds this config in ``auto``, one warning).
         stock_would_fail: the plugin's refusal is a :class:`~vllm_kv_strategies.errors.StockWouldFailError`.
         build_error: the side's build raised on this config (its message).
+        not_planned: the build raised on what plan does not run (the drafter's
+            ``load_model``), not on the config: plan exits 0 for it.
     """
 
     name: str
@@ -67,6 +70,7 @@ class Side:
     plugin_refusal: str | None = None
     stock_would_fail: bool = False
     build_error: str | None = None
+    not_planned: bool = False
     tokens: int | None = None
     max_concurrency: float | None = None
 
@@ -84,7 +88,7 @@ class Side:
             "num_blocks": self.num_blocks, "block_sizes": self.block_sizes, "tokens": self.tokens,
             "max_concurrency": self.max_concurrency, "bytes_allocated_per_worker": self.allocated,
             "plugin_refusal": self.plugin_refusal, "stock_would_fail": self.stock_would_fail,
-            "build_error": self.build_error,
+            "build_error": self.build_error, "not_planned": self.not_planned,
         }
 
 
@@ -201,30 +205,6 @@ def storage_bytes(kv_caches: Any) -> int:
     return sum(seen.values())
 
 
-@contextlib.contextmanager
-def fresh_graph_params():
-    """vllm-ascend's per-process ACL graph parameters (``compilation.acl_graph``:
-    ``_graph_params`` and the draft ones, which ``set_graph_params`` sets once
-    per worker process, at its KV cache initialisation) cleared for one more
-    initialisation in this process, and restored after."""
-    import importlib
-
-    try:
-        module = importlib.import_module("vllm_ascend.compilation.acl_graph")
-    except ImportError:
-        yield
-        return
-    names = [n for n in vars(module) if n.startswith("_") and "graph" in n and n.endswith("params")]
-    saved = {n: getattr(module, n) for n in names}
-    for name in names:
-        setattr(module, name, None)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(module, name, value)
-
-
 def build(vllm_config, runner: Any, kv_cache_config: Any, layers: dict[str, Any]) -> int:
     """The runner's own ``initialize_kv_cache`` of ``kv_cache_config`` on the
     meta device, with the stage's ``layers`` in the forward context; returns
@@ -246,16 +226,6 @@ def plugin_refusal(vllm_config, runner: Any, kv_cache_config: Any, layers: dict[
     except KVStrategiesError as exc:
         return str(exc), isinstance(exc, StockWouldFailError)
     return None, False
-
-
-def worker_patches() -> None:
-    """vllm-ascend's worker patches (``vllm_ascend.utils.adapt_patch()``:
-    ``vllm_ascend.patch.worker``), applied as ``NPUWorker.__init__`` applies
-    them before it loads the model; the engine configs are made before, as
-    in the front-end process."""
-    from vllm_ascend.utils import adapt_patch
-
-    adapt_patch()
 
 
 def plan_side(name: str, vllm_config, budget_for: Callable[[Any, int], Budget], progress=None) -> tuple[Side, Any]:
@@ -288,6 +258,11 @@ def plan_side(name: str, vllm_config, budget_for: Callable[[Any, int], Budget], 
             per_stage = [build(vllm_config, runners[s], workers[s * tp], stage["layers"]) for s, stage in enumerate(stages)]
         except Exception as exc:  # the side's own build raises on this config (it would at start-up too)
             side.build_error = f"{type(exc).__name__}: {exc}"
+            side.not_planned = vllm_config.speculative_config is not None and "Proposer" in str(exc)
+            if side.not_planned:
+                side.build_error += (" (the worker loads its drafter, whose layers this initialisation reads, before it; "
+                                     "plan builds the draft model but does not run the drafter's load_model: "
+                                     "the KV cache of this speculative configuration is not planned here)")
         else:
             side.allocated = [per_stage[w // tp] for w in range(len(workers))]
     return side, prediction

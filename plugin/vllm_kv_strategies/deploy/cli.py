@@ -177,7 +177,7 @@ def _run(argv: list[str]) -> int:
     try:
         vllm_config = predict.engine_config(EngineArgs.from_cli_args(args))
     except Exception as exc:  # vLLM's own validation of the arguments and the config
-        raise BadInput(f"vLLM rejects the configuration: {type(exc).__name__}: {_one_line(exc)}") from None
+        raise BadInput(_rejection(exc)) from None
     if vllm_config.cache_config.kv_cache_memory_bytes is None and args.device is None and args.device_memory_gib is None:
         raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
                        "or --device NAME / --device-memory-gib GIB (an estimate)")
@@ -194,11 +194,28 @@ def _run(argv: list[str]) -> int:
         raise BadInput(f"cannot plan: vLLM could not build {args.model_dir} on the meta device for these arguments "
                        f"({type(exc).__name__}: {_one_line(exc)})") from None
     prediction.seconds = time.monotonic() - start
+    prediction.notes = notes(args, prediction)
     print(render.table(prediction, args.model_dir))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
-    refused = prediction.refusal or (prediction.ascend and prediction.ascend["plugin"].build_error)
+    plugin_side = prediction.ascend and prediction.ascend["plugin"]
+    refused = prediction.refusal or (plugin_side and plugin_side.build_error and not plugin_side.not_planned)
     return 1 if refused else 0
+
+
+def notes(args, prediction) -> list[str]:
+    """Arguments given that the plan does not follow: ``--block-size`` where the
+    platform plans other blocks (vllm-ascend's 128 tokens; a hybrid's aligned
+    pages), ``--device`` / ``--device-memory-gib`` beside an exact budget."""
+    out = []
+    planned = sorted({g.kv_cache_spec.block_size for w in prediction.workers for g in w.kv_cache_groups})
+    if args.block_size is not None and planned and args.block_size not in planned:
+        out.append(f"--block-size {args.block_size} given; the blocks planned are of "
+                   f"{', '.join(map(str, planned))} tokens, as vLLM's platform sets them for this model")
+    if prediction.budget.exact and (args.device or args.device_memory_gib):
+        given = f"--device {args.device}" if args.device else f"--device-memory-gib {args.device_memory_gib:g}"
+        out.append(f"{given} is not used: the budget given is exact")
+    return out
 
 
 def budget_source(args):
@@ -221,6 +238,39 @@ def budget_source(args):
         return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib)
 
     return source
+
+
+def _rejection(exc: BaseException) -> str:
+    """One line for an engine config vLLM (or its platform) would not make:
+    its words, where an assertion without words failed (pydantic wraps one
+    raised in ``VllmConfig.__post_init__``), a module the arguments need that
+    is not installed here, or vLLM's swap space check of this machine's memory."""
+    inner = _wrapped(exc)
+    if isinstance(inner, ImportError):
+        return (f"the configuration needs {inner.name or 'a module'}, which is not installed here ({type(inner).__name__}: "
+                f"{_one_line(inner)}); plan in the environment that serves, or install it")
+    if isinstance(inner, AssertionError) and not str(inner).strip() and inner.__traceback__ is not None:
+        import traceback
+
+        frame = traceback.extract_tb(inner.__traceback__)[-1]
+        where = "/".join(Path(frame.filename).parts[-2:])
+        return f"vLLM rejects the configuration: assertion failed in {frame.name} ({where}:{frame.lineno}): {frame.line}"
+    message = f"vLLM rejects the configuration: {type(exc).__name__}: {_one_line(exc)}"
+    if "swap space" in str(exc):  # CacheConfig.verify_with_parallel_config (vLLM before 0.18)
+        message += (" (vLLM checks --swap-space GiB x the tensor parallel size against THIS machine's memory; "
+                    "vLLM V1 does not use the swap space: pass --swap-space 0 to plan here)")
+    return message
+
+
+def _wrapped(exc: BaseException) -> BaseException:
+    """The error a pydantic ``ValidationError`` wraps (its first error's
+    ``ctx["error"]``), else ``exc``."""
+    errors = getattr(exc, "errors", None)
+    try:
+        inner = errors()[0].get("ctx", {}).get("error") if callable(errors) else None
+    except Exception:  # not pydantic's
+        inner = None
+    return inner if isinstance(inner, BaseException) else exc
 
 
 def _one_line(exc: BaseException) -> str:

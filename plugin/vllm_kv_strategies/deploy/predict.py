@@ -58,6 +58,8 @@ class Prediction:
     tokens: int | None = None
     max_concurrency: float | None = None
     seconds: float = 0.0
+    #: lines for the headline: arguments given that the plan does not follow (:func:`.cli.notes`)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def num_blocks(self) -> int | None:

@@ -62,6 +62,7 @@ def headline(prediction, model_dir: str) -> list[str]:
         f"model: {params} parameters per rank (per pipeline stage), dtype {str(m.dtype).removeprefix('torch.')}, "
         f"kv cache dtype {config.cache_config.cache_dtype}",
         *prediction.budget.lines(),
+        *(f"note: {note}" for note in prediction.notes),
         *([f"note: planned for this machine's vLLM platform ({config.device_config.device_type}): the block size and "
            "attention backends are that platform's; plan where the deployment runs for its own"]
           if not prediction.budget.exact and config.device_config.device_type == "cpu" else []),
@@ -94,7 +95,7 @@ def table(prediction, model_dir: str) -> str:
     distinct = {side.line(): w for w, side in reversed(list(enumerate(prediction.sides)))}
     for line, worker in sorted(distinct.items(), key=lambda item: item[1]):
         lines.append(line if len(distinct) == 1 else f"rank {worker}: {line}")
-    lines += ascend_lines(prediction)
+    lines += ascend_lines(prediction)[1 if lines[-1] == "" else 0:]  # one blank line before the sides
     lines.append(f"planned in {prediction.seconds:.1f} s")
     return "\n".join(lines)
 
@@ -134,7 +135,8 @@ def ascend_lines(prediction) -> list[str]:
                 if stock_scale != 1.0 else "the worker's budget step leaves it whole")
         lines.append(f"{label}: KV cache memory {side.available:,} bytes per worker; {step}")
         if side.refusal:
-            lines.append(f"  vLLM refuses (its own words): {side.refusal}")
+            lines.append("  vLLM refuses, in the words above" if side.refusal == prediction.refusal
+                         else f"  vLLM refuses (its own words): {side.refusal}")
             continue
         blocks = ", ".join(sorted({f"{row['kind']} {row['block_size']}" for row in group_rows(side.workers[0])}))
         capacity = (f"; vLLM would log KV cache size: {side.tokens:,} tokens ({side.max_concurrency:.2f}x)"
@@ -144,18 +146,24 @@ def ascend_lines(prediction) -> list[str]:
             lines.append(f"  the plugin would not build it (KV_STRATEGIES=auto: stock builds this config, one warning): "
                          f"{side.plugin_refusal}")
         if side.build_error:
-            lines.append(f"  its own KV cache build raises on this config: {side.build_error}")
+            what = "plan could not build its KV cache" if side.not_planned else "its own KV cache build raises on this config"
+            lines.append(f"  {what}: {side.build_error}")
             continue
-        allocated = side.allocated[0]
-        lines.append(f"  allocates {allocated:,} bytes per worker = {allocated / side.available:.2f} x the KV cache memory"
-                     if side.available > 0 else f"  allocates {allocated:,} bytes per worker")
+        allocated = max(side.allocated)
+        share = f" = {allocated / side.available:.2f} x the KV cache memory" if side.available > 0 else ""
+        if len(set(side.allocated)) == 1:
+            lines.append(f"  allocates {allocated:,} bytes per worker{share}")
+        else:  # pipeline stages of different layer counts: the planner gives every worker the same num_blocks
+            tp = prediction.vllm_config.parallel_config.tensor_parallel_size
+            stages = ", ".join(f"stage {s}: {b:,}" for s, b in enumerate(side.allocated[::tp]))
+            lines.append(f"  allocates per worker, by pipeline stage, {stages} bytes; at most {allocated:,}{share}")
         if allocated > side.available:
             lines.append("  " + _beyond(prediction.budget, allocated - side.available))
     stock, plugin = prediction.ascend["stock"], prediction.ascend["plugin"]
     if stock.allocated and plugin.allocated:
         tokens = ((f"tokens {plugin.tokens / stock.tokens:.2f} x" if stock.tokens and plugin.tokens else
                   f"attention token slots {_slots(plugin) / _slots(stock):.2f} x" if _slots(stock) else ""))
-        lines.append(f"plugin / stock per worker: bytes allocated {plugin.allocated[0] / stock.allocated[0]:.2f} x"
+        lines.append(f"plugin / stock per worker: bytes allocated {sum(plugin.allocated) / sum(stock.allocated):.2f} x"
                      + (f", {tokens}" if tokens else ""))
     return lines
 
