@@ -264,3 +264,12 @@ def test_arguments_the_plan_does_not_follow_are_noted(tmp_path):
     assert data["num_blocks"] == 1_000_000_000 // (28 * 2 * 128 * 8 * 128 * 2) == 68
     assert ("\nnote: --block-size 16 given; the blocks planned are of 128 tokens, as vLLM's platform sets them for "
             "this model\nnote: --device a3 is not used: the budget given is exact\n") in result.stdout
+
+
+def test_stages_beyond_the_layers_are_bad_input(tmp_path):
+    """Qwen3-0.6B's 28 layers over 32 stages: vLLM's get_pp_indices leaves stages 0-2 and 31 empty, which
+    vLLM's planner divides by (was "vLLM could not build ... (ZeroDivisionError ...)"); one line, exit 2."""
+    result = plan_error(tmp_path, "qwen3-0.6b", "--pipeline-parallel-size", "32", "--kv-cache-memory-bytes", "100000000")
+    assert result.stderr.splitlines()[-1] == (
+        "plan: error: --pipeline-parallel-size 32: 4 of the 32 stages (0, 1, 2, 31) get none of the model's 28 layers "
+        "(vLLM's get_pp_indices); a stage without layers has no KV cache for vLLM to plan")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -58,8 +59,9 @@ def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def check_model_dir(path: str) -> dict:
-    """The directory's ``config.json``; :class:`BadInput` when there is none
-    or it asks for remote code (``auto_map``: plan runs no code from a model directory)."""
+    """The directory's ``config.json``; :class:`BadInput` when there is none,
+    it is not a JSON object, its ``architectures`` is not a list of names, or
+    it asks for remote code (``auto_map``: plan runs no code from a model directory)."""
     directory = Path(path)
     if directory.is_file():
         raise BadInput(f"{path}: a file; plan takes the model directory holding config.json ({directory.parent})")
@@ -72,6 +74,12 @@ def check_model_dir(path: str) -> dict:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as exc:
         raise BadInput(f"{config_file}: not readable as JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise BadInput(f"{config_file}: holds a JSON {type(config).__name__}, not the object of a model's configuration")
+    archs = config.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise BadInput(f"{config_file}: \"architectures\" is {json.dumps(archs)[:80]}, not a list of class names "
+                       "(e.g. [\"LlamaForCausalLM\"])")
     if config.get("auto_map") and not _known_model_type(config.get("model_type")):
         raise BadInput(f"{config_file}: the model needs remote code (auto_map {sorted(config['auto_map'])}, model_type "
                        f"{config.get('model_type')!r} unknown to the installed transformers); plan runs no code from a "
@@ -92,16 +100,19 @@ def _known_model_type(model_type: str | None) -> bool:
 
 
 def check_outputs(args) -> None:
-    """:class:`BadInput` for a ``--json`` path that cannot be written, or a
-    budget that is not positive, before anything is planned."""
+    """:class:`BadInput` for a ``--json`` path that cannot be written, a budget
+    or device memory that is not a positive number, or an overhead below zero,
+    before anything is planned."""
     if args.json_out:
         out = Path(args.json_out)
         if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
             raise BadInput(f"--json {args.json_out}: cannot write a file there")
-    for name in ("kv_cache_memory_bytes", "device_memory_gib"):
+    for name, least in (("kv_cache_memory_bytes", "positive"), ("device_memory_gib", "positive"),
+                        ("overhead_gib", "zero or more")):
         value = getattr(args, name, None)
-        if value is not None and value <= 0:
-            raise BadInput(f"--{name.replace('_', '-')} {value}: must be positive")
+        finite = not isinstance(value, float) or math.isfinite(value)  # argparse's float() takes "nan" and "inf"
+        if value is not None and not (finite and (value >= 0 if least == "zero or more" else value > 0)):
+            raise BadInput(f"--{name.replace('_', '-')} {value}: must be {least}{'' if finite else ' and finite'}")
 
 
 def on_ascend() -> bool:
@@ -120,6 +131,25 @@ def check_architecture(config: dict) -> None:
     known = set(ModelRegistry.get_supported_archs())
     if archs and not any(a in known for a in archs):
         raise BadInput(f"architecture {', '.join(archs)} is not one this vLLM knows ({len(known)} architectures registered)")
+
+
+def check_pipeline(vllm_config) -> None:
+    """:class:`BadInput` when a pipeline stage gets none of the model's layers
+    (vLLM's ``get_pp_indices``, as each stage's model builds them): vLLM's
+    planner divides by such a worker's page bytes, zero."""
+    from vllm.distributed.utils import get_pp_indices
+
+    size = vllm_config.parallel_config.pipeline_parallel_size
+    layers = vllm_config.model_config.get_total_num_hidden_layers()
+    try:
+        empty = [rank for rank in range(size) if len(range(*get_pp_indices(layers, rank, size))) == 0]
+    except ValueError as exc:  # VLLM_PP_LAYER_PARTITION that does not fit, in vLLM's words
+        raise BadInput(f"vLLM rejects the pipeline partition: {_one_line(exc)}") from None
+    if size > 1 and empty:
+        shown = ", ".join(map(str, empty[:6])) + (", ..." if len(empty) > 6 else "")
+        raise BadInput(f"--pipeline-parallel-size {size}: {len(empty)} of the {size} stages ({shown}) get none of the "
+                       f"model's {layers} layers (vLLM's get_pp_indices); a stage without layers has no KV cache for "
+                       "vLLM to plan")
 
 
 def engine_parser():
@@ -178,6 +208,7 @@ def _run(argv: list[str]) -> int:
         vllm_config = predict.engine_config(EngineArgs.from_cli_args(args))
     except Exception as exc:  # vLLM's own validation of the arguments and the config
         raise BadInput(_rejection(exc)) from None
+    check_pipeline(vllm_config)
     if vllm_config.cache_config.kv_cache_memory_bytes is None and args.device is None and args.device_memory_gib is None:
         raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
                        "or --device NAME / --device-memory-gib GIB (an estimate)")

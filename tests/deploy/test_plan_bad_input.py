@@ -1,0 +1,45 @@
+"""``plan``'s bad input found by trying it as a new user: each is one line
+on stderr naming the problem, exit 2, nothing on stdout, no traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_plan import llama, plan
+
+
+@pytest.mark.parametrize(("case", "argv", "expected"), [
+    # valid JSON that is not an object: was AttributeError: 'list' object has no attribute 'get'
+    ("list-config", [], "config.json: holds a JSON list, not the object of a model's configuration"),
+    # a string: was "architecture L, l, a, m, a, ... is not one this vLLM knows"
+    ("architectures-string", [], 'config.json: "architectures" is "LlamaForCausalLM", not a list of class names'),
+    # argparse's float() takes these; nan was blamed on vLLM's meta build, a negative overhead was planned
+    ("memory-nan", ["--device-memory-gib", "nan"], "--device-memory-gib nan: must be positive and finite"),
+    ("memory-inf", ["--device-memory-gib", "inf"], "--device-memory-gib inf: must be positive and finite"),
+    ("overhead-negative", ["--device-memory-gib", "80", "--overhead-gib", "-10"], "--overhead-gib -10.0: must be zero or more"),
+    # 8 layers over 10 stages: was "vLLM could not build ... (ZeroDivisionError: integer division or modulo by zero)"
+    ("stages-beyond-layers", ["--kv-cache-memory-bytes", 2**26, "--pipeline-parallel-size", 10],
+     "--pipeline-parallel-size 10: 2 of the 10 stages (0, 9) get none of the model's 8 layers (vLLM's get_pp_indices)"),
+])
+def test_bad_input_found_as_a_new_user(tmp_path, capsys, case, argv, expected):
+    directory = llama(tmp_path)
+    if case == "list-config":
+        (directory / "config.json").write_text("[1, 2]")
+    elif case == "architectures-string":
+        config = json.loads((directory / "config.json").read_text())
+        (directory / "config.json").write_text(json.dumps({**config, "architectures": "LlamaForCausalLM"}))
+    code, out, err, data = plan(capsys, directory, *argv)
+    lines = [line for line in err.splitlines() if line.startswith("plan: error:")]
+    assert code == 2 and len(lines) == 1 and expected in lines[0], err
+    assert "Traceback" not in err and out == "" and data is None
+
+
+def test_stages_that_all_hold_layers_are_planned(tmp_path, capsys):
+    """8 layers over 8 stages: one layer each, planned (the check refuses empty stages only).
+    Page: 128 x (K, V) x 2 heads x 64 x 2 bytes = 65536; num_blocks = 2**26 // 65536."""
+    code, out, err, data = plan(capsys, llama(tmp_path), "--kv-cache-memory-bytes", 2**26, "--max-model-len", 1024,
+                                "--pipeline-parallel-size", 8)
+    assert code == 0, err
+    assert data["num_blocks"] == 2**26 // 65536 == 1024
+    assert [r["pipeline_parallel_rank"] for r in data["ranks"]] == list(range(8))
