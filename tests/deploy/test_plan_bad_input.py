@@ -43,3 +43,22 @@ def test_stages_that_all_hold_layers_are_planned(tmp_path, capsys):
     assert code == 0, err
     assert data["num_blocks"] == 2**26 // 65536 == 1024
     assert [r["pipeline_parallel_rank"] for r in data["ranks"]] == list(range(8))
+
+
+@pytest.mark.parametrize("gib", [0.0625, 1.0])
+def test_exact_budget_beside_a_device_too_small_for_it(tmp_path, capsys, gib):
+    """``--kv-cache-memory-bytes`` with ``--device-memory-gib``: the plan is the exact budget's; the note
+    says when the card cannot hold it with the largest rank's weights (was only "is not used")."""
+    budget = 2**26  # 64 MiB: over a 1/16 GiB card with the weights, well inside 1 GiB
+    code, out, err, data = plan(capsys, llama(tmp_path), "--kv-cache-memory-bytes", budget, "--max-model-len", 1024,
+                                "--device-memory-gib", gib)
+    assert code == 0, err
+    assert data["num_blocks"] == budget // (8 * 128 * 2 * 2 * 64 * 2) == 128
+    weights, memory = max(data["param_bytes_per_stage"]), int(gib * 2**30)
+    if budget + weights > memory:
+        assert (f"note: --device-memory-gib {gib:g} does not hold the exact budget: {budget:,} bytes of KV cache and "
+                f"{weights:,} bytes of weights on the largest rank exceed its {memory:,} bytes; vLLM would run out of "
+                "memory at KV cache initialisation there\n") in out
+    else:
+        assert f"note: --device-memory-gib {gib:g} is not used: the budget given is exact\n" in out
+    assert (budget + weights > memory) == (gib < 1)

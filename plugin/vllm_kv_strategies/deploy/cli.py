@@ -237,15 +237,25 @@ def _run(argv: list[str]) -> int:
 def notes(args, prediction) -> list[str]:
     """Arguments given that the plan does not follow: ``--block-size`` where the
     platform plans other blocks (vllm-ascend's 128 tokens; a hybrid's aligned
-    pages), ``--device`` / ``--device-memory-gib`` beside an exact budget."""
+    pages), ``--device`` / ``--device-memory-gib`` beside an exact budget (and
+    whether that card holds the budget and the largest rank's weights)."""
     out = []
     planned = sorted({g.kv_cache_spec.block_size for w in prediction.workers for g in w.kv_cache_groups})
     if args.block_size is not None and planned and args.block_size not in planned:
         out.append(f"--block-size {args.block_size} given; the blocks planned are of "
                    f"{', '.join(map(str, planned))} tokens, as vLLM's platform sets them for this model")
     if prediction.budget.exact and (args.device or args.device_memory_gib):
+        from .budget import device_memory
+
         given = f"--device {args.device}" if args.device else f"--device-memory-gib {args.device_memory_gib:g}"
-        out.append(f"{given} is not used: the budget given is exact")
+        memory, _ = device_memory(args.device, args.device_memory_gib)
+        weights = max(prediction.param_bytes, default=0)
+        if prediction.budget.bytes + weights > memory:
+            out.append(f"{given} does not hold the exact budget: {prediction.budget.bytes:,} bytes of KV cache and "
+                       f"{weights:,} bytes of weights on the largest rank exceed its {memory:,} bytes; vLLM would run "
+                       "out of memory at KV cache initialisation there")
+        else:
+            out.append(f"{given} is not used: the budget given is exact")
     return out
 
 
