@@ -81,6 +81,11 @@ def table(prediction, model_dir: str) -> str:
         lines.append(f"vLLM refuses (its own words): {prediction.refusal}")
         return "\n".join(lines + ascend_lines(prediction))
     lines.append("")
+    if not any(w.kv_cache_groups for w in prediction.workers):  # EngineCore._initialize_kv_caches: attention free
+        lines.append("no layer of this model has a KV cache spec (attention free, or encoder-only attention): "
+                     "vLLM's engine gives it no KV cache memory and allocates no KV cache tensors")
+        lines.append(f"planned in {prediction.seconds:.1f} s")
+        return "\n".join(lines)
     lines.append(f"{'rank':>4} {'pp':>3} {'tp':>3} {'group':>5} {'kind':28} {'layers':>6} {'block':>6} "
                  f"{'page bytes':>12} {'num_blocks':>11} {'token slots':>12}")
     for worker, kv_cache_config in enumerate(prediction.workers):

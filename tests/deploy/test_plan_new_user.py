@@ -1,5 +1,6 @@
-"""``plan``'s bad input found by trying it as a new user: each is one line
-on stderr naming the problem, exit 2, nothing on stdout, no traceback."""
+"""``plan`` tried as a new user: bad input that slipped past its checks (each
+now one line on stderr naming the problem, exit 2, nothing on stdout, no
+traceback), a device too small for an exact budget, a model without KV cache."""
 
 from __future__ import annotations
 
@@ -62,3 +63,22 @@ def test_exact_budget_beside_a_device_too_small_for_it(tmp_path, capsys, gib):
     else:
         assert f"note: --device-memory-gib {gib:g} is not used: the budget given is exact\n" in out
     assert (budget + weights > memory) == (gib < 1)
+
+
+def test_model_without_kv_cache_says_so(tmp_path, capsys):
+    """all-MiniLM-L6-v2's published config (BertModel: encoder-only attention, no KV cache spec): vLLM's
+    ``EngineCore._initialize_kv_caches`` gives it no memory; the plan says so (was an empty table)."""
+    directory = tmp_path / "minilm"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({
+        "architectures": ["BertModel"], "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1, "hidden_size": 384, "initializer_range": 0.02, "intermediate_size": 1536,
+        "layer_norm_eps": 1e-12, "max_position_embeddings": 512, "model_type": "bert", "num_attention_heads": 12,
+        "num_hidden_layers": 6, "pad_token_id": 0, "position_embedding_type": "absolute", "torch_dtype": "float32",
+        "type_vocab_size": 2, "vocab_size": 30522}))
+    code, out, err, data = plan(capsys, directory, "--kv-cache-memory-bytes", 2**26)
+    assert code == 0, err
+    assert ("\nno layer of this model has a KV cache spec (attention free, or encoder-only attention): vLLM's engine "
+            "gives it no KV cache memory and allocates no KV cache tensors\nplanned in ") in out
+    assert "rank  pp  tp group" not in out
+    assert [(r["groups"], r["tensors"], r["bytes_required"]) for r in data["ranks"]] == [([], [], 0)]
