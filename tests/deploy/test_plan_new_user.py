@@ -19,6 +19,10 @@ from test_plan import llama, plan
     ("memory-nan", ["--device-memory-gib", "nan"], "--device-memory-gib nan: must be positive and finite"),
     ("memory-inf", ["--device-memory-gib", "inf"], "--device-memory-gib inf: must be positive and finite"),
     ("overhead-negative", ["--device-memory-gib", "80", "--overhead-gib", "-10"], "--overhead-gib -10.0: must be zero or more"),
+    # pydantic's error for a JSON argument spans three lines: was three lines on stderr
+    ("json-argument", ["--kv-cache-memory-bytes", 2**26, "--kv-transfer-config", "{bad"],
+     "invalid argument: argument --kv-transfer-config: 1 validation error for KVTransferConfig Invalid JSON: key must "
+     "be a string at line 1 column 2"),
     # 8 layers over 10 stages: was "vLLM could not build ... (ZeroDivisionError: integer division or modulo by zero)"
     ("stages-beyond-layers", ["--kv-cache-memory-bytes", 2**26, "--pipeline-parallel-size", 10],
      "--pipeline-parallel-size 10: 2 of the 10 stages (0, 9) get none of the model's 8 layers (vLLM's get_pp_indices)"),
@@ -33,6 +37,7 @@ def test_bad_input_found_as_a_new_user(tmp_path, capsys, case, argv, expected):
     code, out, err, data = plan(capsys, directory, *argv)
     lines = [line for line in err.splitlines() if line.startswith("plan: error:")]
     assert code == 2 and len(lines) == 1 and expected in lines[0], err
+    assert err.splitlines()[-1] == lines[0], err  # the error's last line is the whole error
     assert "Traceback" not in err and out == "" and data is None
 
 

@@ -168,7 +168,7 @@ def engine_parser():
     EngineArgs.add_cli_args(parser)
 
     def error(message: str):
-        raise BadInput(f"invalid argument: {message}")
+        raise BadInput(f"invalid argument: {_one_line(message)}")  # pydantic's JSON errors span lines
 
     parser.error = error
     return parser
@@ -314,6 +314,6 @@ def _wrapped(exc: BaseException) -> BaseException:
     return inner if isinstance(inner, BaseException) else exc
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException | str) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip() and "errors.pydantic.dev" not in line]
     return " ".join(lines)[:400]
