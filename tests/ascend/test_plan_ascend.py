@@ -273,3 +273,16 @@ def test_stages_beyond_the_layers_are_bad_input(tmp_path):
     assert result.stderr.splitlines()[-1] == (
         "plan: error: --pipeline-parallel-size 32: 4 of the 32 stages (0, 1, 2, 31) get none of the model's 28 layers "
         "(vLLM's get_pp_indices); a stage without layers has no KV cache for vLLM to plan")
+
+
+def test_cpu_offload_is_subtracted_from_the_weights(tmp_path):
+    """``--cpu-offload-gb``: the model is built on the meta device without offloading (vLLM 0.13 copies
+    the offloaded parameters' data: was "could not build ... Cannot copy out of meta tensor") and the
+    estimate's weights term is the rank's weights less the offload."""
+    result, data = plan(tmp_path, "qwen3-0.6b", "--device-memory-gib", "8", "--gpu-memory-utilization", "0.9",
+                        "--max-model-len", "4096", "--cpu-offload-gb", "0.5")
+    assert result.returncode == 0, result.stderr[-2000:]
+    weights = {t["name"]: t for t in data["budget"]["terms"]}["weights"]
+    assert weights["value"] == max(data["param_bytes_per_stage"]) - 2**29 > 0
+    assert weights["source"].endswith(" less --cpu-offload-gb 0.5 (536,870,912 bytes in CPU memory)")
+    assert data["budget"]["bytes_per_worker"] == int(8 * 2**30 * 0.9) - weights["value"] - 2 * 2**30

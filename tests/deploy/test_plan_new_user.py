@@ -87,3 +87,20 @@ def test_model_without_kv_cache_says_so(tmp_path, capsys):
             "gives it no KV cache memory and allocates no KV cache tensors\nplanned in ") in out
     assert "rank  pp  tp group" not in out
     assert [(r["groups"], r["tensors"], r["bytes_required"]) for r in data["ranks"]] == [([], [], 0)]
+
+
+@pytest.mark.parametrize("offload_gib", [0.001, 1.0])
+def test_estimate_subtracts_weights_offloaded_to_cpu(tmp_path, capsys, offload_gib):
+    """``--cpu-offload-gb``: vLLM's UVA offload holds up to that many GiB of each GPU's weights in CPU
+    memory, so the estimate's weights term is the rank's weights less it, never below zero (was the
+    whole rank's weights: Mistral-7B on a 24 GiB card with 10 GiB offloaded lost 10 GiB of KV cache)."""
+    code, out, err, data = plan(capsys, llama(tmp_path), "--max-model-len", 1024, "--device-memory-gib", 4,
+                                "--gpu-memory-utilization", 0.9, "--cpu-offload-gb", offload_gib)
+    assert code == 0, err
+    terms = {t["name"]: t for t in data["budget"]["terms"]}
+    offload, weights = int(offload_gib * 2**30), max(data["param_bytes_per_stage"])
+    assert 0 < offload < weights if offload_gib < 1 else offload > weights
+    assert terms["weights"]["value"] == max(weights - offload, 0)
+    assert terms["weights"]["source"].endswith(f" less --cpu-offload-gb {offload_gib:g} ({offload:,} bytes in CPU memory)")
+    # 0.9 of 4 GiB, less the weights term and the default 2 GiB overhead
+    assert data["budget"]["bytes_per_worker"] == int(4 * 2**30 * 0.9) - terms["weights"]["value"] - 2 * 2**30

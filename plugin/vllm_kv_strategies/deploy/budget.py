@@ -119,9 +119,17 @@ def estimate(memory: tuple[int, str], utilisation: float, weights: tuple[int, st
     ])
 
 
-def weights_per_rank(model_dir: str, ranks: int, meta_bytes: int) -> tuple[int, str]:
-    """(bytes, source): the checkpoint index's total over the ranks, else the meta-built rank's parameters."""
+def weights_per_rank(model_dir: str, ranks: int, meta_bytes: int, offload_gib: float = 0.0) -> tuple[int, str]:
+    """(bytes, source): the checkpoint index's total over the ranks, else the
+    meta-built rank's parameters; less ``--cpu-offload-gb`` (``offload_gib``:
+    vLLM's UVA offload holds up to that many GiB of each GPU's weights in CPU
+    memory, ``maybe_offload_to_cpu``), never below zero."""
     total = checkpoint_bytes(model_dir)
     if total is not None:
-        return total // ranks, f"model.safetensors.index.json total_size {total:,} / {ranks} ranks"
-    return meta_bytes, "parameters of the meta-built model on this rank (numel x dtype size)"
+        weights, source = total // ranks, f"model.safetensors.index.json total_size {total:,} / {ranks} ranks"
+    else:
+        weights, source = meta_bytes, "parameters of the meta-built model on this rank (numel x dtype size)"
+    if offload_gib:
+        offload = int(offload_gib * GIB)
+        return max(weights - offload, 0), f"{source} less --cpu-offload-gb {offload_gib:g} ({offload:,} bytes in CPU memory)"
+    return weights, source

@@ -203,6 +203,7 @@ def _run(argv: list[str]) -> int:
     from . import predict, render
 
     args.model, args.skip_tokenizer_init = args.model_dir, True
+    args.offload_gib, args.cpu_offload_gb = getattr(args, "cpu_offload_gb", 0) or 0, 0  # not on meta: the estimate subtracts it
     budget_for = budget_source(args)
     try:
         vllm_config = predict.engine_config(EngineArgs.from_cli_args(args))
@@ -235,10 +236,9 @@ def _run(argv: list[str]) -> int:
 
 
 def notes(args, prediction) -> list[str]:
-    """Arguments given that the plan does not follow: ``--block-size`` where the
-    platform plans other blocks (vllm-ascend's 128 tokens; a hybrid's aligned
-    pages), ``--device`` / ``--device-memory-gib`` beside an exact budget (and
-    whether that card holds the budget and the largest rank's weights)."""
+    """Arguments given that the plan does not follow: ``--block-size`` where the platform plans other
+    blocks (vllm-ascend's 128 tokens; a hybrid's aligned pages), ``--device`` / ``--device-memory-gib``
+    beside an exact budget (and whether that card holds it and the largest rank's weights)."""
     out = []
     planned = sorted({g.kv_cache_spec.block_size for w in prediction.workers for g in w.kv_cache_groups})
     if args.block_size is not None and planned and args.block_size not in planned:
@@ -274,7 +274,8 @@ def budget_source(args):
             return budget.exact(cache.kv_cache_memory_bytes, "--kv-cache-memory-bytes" if given else
                                 "kv_cache_memory_bytes set by vLLM's platform (VLLM_CPU_KVCACHE_SPACE on the CPU)")
         p = vllm_config.parallel_config
-        weights = budget.weights_per_rank(args.model_dir, p.tensor_parallel_size * p.pipeline_parallel_size, meta_bytes)
+        weights = budget.weights_per_rank(args.model_dir, p.tensor_parallel_size * p.pipeline_parallel_size, meta_bytes,
+                                          args.offload_gib)
         memory = budget.device_memory(args.device, args.device_memory_gib)
         return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib)
 
