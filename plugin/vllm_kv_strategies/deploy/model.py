@@ -66,6 +66,19 @@ def _init_groups(vllm_config) -> None:
         ensure_model_parallel_initialized(1, 1)
 
 
+def _index_map(func, args, kwargs) -> bool:
+    """Whether a device-less constructor makes vLLM's expert map (``determine_expert_map``:
+    ``torch.full((global_num_experts,), -1, dtype=torch.int32)`` and the ``torch.arange`` filling
+    it), which its init then reads (``torch.where``, ``.item()``): kept on the host, it is a few
+    KiB; on the meta device the model cannot be built with ``--enable-expert-parallel``."""
+    import torch
+
+    if kwargs.get("dtype") not in (torch.int32, torch.int64) or func not in (torch.full, torch.arange):
+        return False
+    shape = args[0] if func is torch.full else ()
+    return func is torch.arange or (isinstance(shape, (tuple, list)) and len(shape) == 1)
+
+
 @contextlib.contextmanager
 def on_meta(default: bool = True):
     """torch's meta device for every tensor a model or runner builds without a
@@ -86,7 +99,9 @@ def on_meta(default: bool = True):
             if func in constructors:
                 kwargs.pop("pin_memory", None)  # pinning asks the accelerator for host memory
                 device = kwargs.get("device")
-                if (device is None and default) or (device is not None and torch.device(device).type not in ("cpu", "meta")):
+                if device is None and _index_map(func, args, kwargs):
+                    kwargs["device"] = "cpu"
+                elif (device is None and default) or (device is not None and torch.device(device).type not in ("cpu", "meta")):
                     kwargs["device"] = "meta"
             elif func is torch.Tensor.pin_memory:
                 return args[0]
