@@ -110,12 +110,19 @@ def test_expert_parallel_moe_builds_on_meta(tmp_path, capsys):
     """``--enable-expert-parallel``: vLLM's expert map (``torch.full(..., -1, dtype=torch.int32)``, then
     ``torch.where`` and ``.item()`` in its init) is built on the host, so the MoE model builds (was
     "could not build ... NotImplementedError: The register_meta function for torch.nonzero() ...").
-    A tiny Mixtral: 4 layers, 4 experts, 2 KV heads of 64; TP 2: one KV head per rank,
+    Its expert parallel size is TP x DP, as FusedMoE's. A tiny Mixtral: 4 layers, 4 experts, 2 KV heads of 64;
+    TP 2: one KV head per rank,
     page 128 x (K, V) x 1 x 64 x 2 bytes = 32768; num_blocks = 2**24 // (4 x 32768)."""
     config = llama(tmp_path, architectures=["MixtralForCausalLM"], model_type="mixtral", num_hidden_layers=4,
                    num_local_experts=4, num_experts_per_tok=2, sliding_window=None)
-    code, out, err, data = plan(capsys, config, "--kv-cache-memory-bytes", 2**24, "--max-model-len", 1024,
-                                "--tensor-parallel-size", 2, "--enable-expert-parallel")
-    assert code == 0, err
-    assert data["num_blocks"] == 2**24 // (4 * 32768) == 128
-    assert [g["block_size"] for r in data["ranks"] for g in r["groups"]] == [128, 128]
+    params = {}
+    for dp in (1, 2):
+        code, out, err, data = plan(capsys, config, "--kv-cache-memory-bytes", 2**24, "--max-model-len", 1024,
+                                    "--tensor-parallel-size", 2, "--data-parallel-size", dp, "--enable-expert-parallel")
+        assert code == 0, err
+        assert data["num_blocks"] == 2**24 // (4 * 32768) == 128
+        assert [g["block_size"] for r in data["ranks"] for g in r["groups"]] == [128, 128]
+        params[dp] = data["params_per_stage"][0]
+    # expert parallel size is TP x DP: 2 of the 4 experts per rank at DP 1, one at DP 2 (was 2 at both);
+    # one expert: gate and up (2 x 512 x 256) and down (256 x 512) weights, in each of the 4 layers
+    assert params[1] - params[2] == 4 * 3 * 512 * 256

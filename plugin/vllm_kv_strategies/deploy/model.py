@@ -139,6 +139,8 @@ def parallel_sizes(vllm_config) -> dict[str, int]:
         "_PP": p.pipeline_parallel_size,
         "_DCP": getattr(p, "decode_context_parallel_size", 1) or 1,
         "_PCP": getattr(p, "prefill_context_parallel_size", 1) or 1,
+        # FusedMoE's expert parallel size is tensor x data parallel (FusedMoEParallelConfig.make reads get_dp_group)
+        "_DP": p.data_parallel_size,
     }
 
 
