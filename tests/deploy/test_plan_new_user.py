@@ -126,3 +126,19 @@ def test_expert_parallel_moe_builds_on_meta(tmp_path, capsys):
     # expert parallel size is TP x DP: 2 of the 4 experts per rank at DP 1, one at DP 2 (was 2 at both);
     # one expert: gate and up (2 x 512 x 256) and down (256 x 512) weights, in each of the 4 layers
     assert params[1] - params[2] == 4 * 3 * 512 * 256
+
+
+@pytest.mark.parametrize(("partition", "expected"), [
+    ("4,2", "vLLM rejects the pipeline partition (VLLM_PP_LAYER_PARTITION=4,2): sum(partitions)=6 does not match "
+            "num_hidden_layers=8."),
+    ("8,0", "--pipeline-parallel-size 2 (VLLM_PP_LAYER_PARTITION=8,0): 1 of the 2 stages (1) gets none of the model's "
+            "8 layers (vLLM's get_pp_indices)"),
+])
+def test_pipeline_partition_from_the_environment(tmp_path, capsys, monkeypatch, partition, expected):
+    """vLLM's ``VLLM_PP_LAYER_PARTITION``: one that does not add up is refused in vLLM's words, one that
+    leaves a stage empty is named; both say where the partition came from."""
+    monkeypatch.setenv("VLLM_PP_LAYER_PARTITION", partition)
+    code, out, err, data = plan(capsys, llama(tmp_path), "--kv-cache-memory-bytes", 2**26, "--pipeline-parallel-size", 2)
+    assert code == 2 and err.splitlines()[-1] == f"plan: error: {expected}" + (
+        "; a stage without layers has no KV cache for vLLM to plan" if partition == "8,0" else ""), err
+    assert out == "" and data is None

@@ -139,17 +139,17 @@ def check_pipeline(vllm_config) -> None:
     planner divides by such a worker's page bytes, zero."""
     from vllm.distributed.utils import get_pp_indices
 
-    size = vllm_config.parallel_config.pipeline_parallel_size
-    layers = vllm_config.model_config.get_total_num_hidden_layers()
+    size, layers = vllm_config.parallel_config.pipeline_parallel_size, vllm_config.model_config.get_total_num_hidden_layers()
+    given = f" (VLLM_PP_LAYER_PARTITION={os.environ['VLLM_PP_LAYER_PARTITION']})" if "VLLM_PP_LAYER_PARTITION" in os.environ else ""
     try:
         empty = [rank for rank in range(size) if len(range(*get_pp_indices(layers, rank, size))) == 0]
     except ValueError as exc:  # VLLM_PP_LAYER_PARTITION that does not fit, in vLLM's words
-        raise BadInput(f"vLLM rejects the pipeline partition: {_one_line(exc)}") from None
+        raise BadInput(f"vLLM rejects the pipeline partition{given}: {_one_line(exc)}") from None
     if size > 1 and empty:
         shown = ", ".join(map(str, empty[:6])) + (", ..." if len(empty) > 6 else "")
-        raise BadInput(f"--pipeline-parallel-size {size}: {len(empty)} of the {size} stages ({shown}) get none of the "
-                       f"model's {layers} layers (vLLM's get_pp_indices); a stage without layers has no KV cache for "
-                       "vLLM to plan")
+        raise BadInput(f"--pipeline-parallel-size {size}{given}: {len(empty)} of the {size} stages ({shown}) "
+                       f"{'gets' if len(empty) == 1 else 'get'} none of the model's {layers} layers (vLLM's get_pp_indices); "
+                       "a stage without layers has no KV cache for vLLM to plan")
 
 
 def engine_parser():
