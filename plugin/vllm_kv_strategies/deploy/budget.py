@@ -119,16 +119,33 @@ def estimate(memory: tuple[int, str], utilisation: float, weights: tuple[int, st
     ])
 
 
-def weights_per_rank(model_dir: str, ranks: int, meta_bytes: int, offload_gib: float = 0.0) -> tuple[int, str]:
+def online_quantization(vllm_config) -> str | None:
+    """The ``--quantization`` method vLLM applies to unquantised weights after
+    loading them (online: the checkpoint's config has no ``quantization_config``),
+    else None."""
+    model = vllm_config.model_config
+    if model.quantization is None or getattr(model.hf_config, "quantization_config", None):
+        return None
+    return str(model.quantization)
+
+
+def weights_per_rank(model_dir: str, ranks: int, meta_bytes: int, offload_gib: float = 0.0,
+                     online: str | None = None) -> tuple[int, str]:
     """(bytes, source): the checkpoint index's total over the ranks, else the
     meta-built rank's parameters; less ``--cpu-offload-gb`` (``offload_gib``:
     vLLM's UVA offload holds up to that many GiB of each GPU's weights in CPU
-    memory, ``maybe_offload_to_cpu``), never below zero."""
+    memory, ``maybe_offload_to_cpu``), never below zero. ``online``: the
+    method of :func:`online_quantization`, which the source names: the bytes
+    are the weights as loaded, before vLLM quantizes them, so the estimate of
+    the KV cache is low."""
     total = checkpoint_bytes(model_dir)
     if total is not None:
         weights, source = total // ranks, f"model.safetensors.index.json total_size {total:,} / {ranks} ranks"
     else:
         weights, source = meta_bytes, "parameters of the meta-built model on this rank (numel x dtype size)"
+    if online:
+        source += (f", as loaded: --quantization {online} quantizes them after loading, so the served "
+                   "weights are smaller and this budget is low")
     if offload_gib:
         offload = int(offload_gib * GIB)
         return max(weights - offload, 0), f"{source} less --cpu-offload-gb {offload_gib:g} ({offload:,} bytes in CPU memory)"

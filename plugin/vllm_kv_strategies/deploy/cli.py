@@ -275,7 +275,7 @@ def budget_source(args):
                                 "kv_cache_memory_bytes set by vLLM's platform (VLLM_CPU_KVCACHE_SPACE on the CPU)")
         p = vllm_config.parallel_config
         weights = budget.weights_per_rank(args.model_dir, p.tensor_parallel_size * p.pipeline_parallel_size, meta_bytes,
-                                          args.offload_gib)
+                                          args.offload_gib, budget.online_quantization(vllm_config))
         memory = budget.device_memory(args.device, args.device_memory_gib)
         return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib)
 
