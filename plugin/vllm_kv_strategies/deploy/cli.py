@@ -133,25 +133,6 @@ def check_architecture(config: dict) -> None:
         raise BadInput(f"architecture {', '.join(archs)} is not one this vLLM knows ({len(known)} architectures registered)")
 
 
-def check_pipeline(vllm_config) -> None:
-    """:class:`BadInput` when a pipeline stage gets none of the model's layers
-    (vLLM's ``get_pp_indices``, as each stage's model builds them): vLLM's
-    planner divides by such a worker's page bytes, zero."""
-    from vllm.distributed.utils import get_pp_indices
-
-    size, layers = vllm_config.parallel_config.pipeline_parallel_size, vllm_config.model_config.get_total_num_hidden_layers()
-    given = f" (VLLM_PP_LAYER_PARTITION={os.environ['VLLM_PP_LAYER_PARTITION']})" if "VLLM_PP_LAYER_PARTITION" in os.environ else ""
-    try:
-        empty = [rank for rank in range(size) if len(range(*get_pp_indices(layers, rank, size))) == 0]
-    except ValueError as exc:  # VLLM_PP_LAYER_PARTITION that does not fit, in vLLM's words
-        raise BadInput(f"vLLM rejects the pipeline partition{given}: {_one_line(exc)}") from None
-    if size > 1 and empty:
-        shown = ", ".join(map(str, empty[:6])) + (", ..." if len(empty) > 6 else "")
-        raise BadInput(f"--pipeline-parallel-size {size}{given}: {len(empty)} of the {size} stages ({shown}) "
-                       f"{'gets' if len(empty) == 1 else 'get'} none of the model's {layers} layers (vLLM's get_pp_indices); "
-                       "a stage without layers has no KV cache for vLLM to plan")
-
-
 def engine_parser():
     from vllm.engine.arg_utils import EngineArgs
     try:
@@ -200,7 +181,7 @@ def _run(argv: list[str]) -> int:
     check_architecture(config)
     from vllm.engine.arg_utils import EngineArgs
 
-    from . import predict, render
+    from . import model, predict, render
 
     args.model, args.skip_tokenizer_init = args.model_dir, True
     args.offload_gib, args.cpu_offload_gb = getattr(args, "cpu_offload_gb", 0) or 0, 0  # not on meta: the estimate subtracts it
@@ -209,7 +190,9 @@ def _run(argv: list[str]) -> int:
         vllm_config = predict.engine_config(EngineArgs.from_cli_args(args))
     except Exception as exc:  # vLLM's own validation of the arguments and the config
         raise BadInput(_rejection(exc)) from None
-    check_pipeline(vllm_config)
+    problem = model.pipeline_problem(vllm_config, _one_line)
+    if problem:
+        raise BadInput(problem)
     if vllm_config.cache_config.kv_cache_memory_bytes is None and args.device is None and args.device_memory_gib is None:
         raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
                        "or --device NAME / --device-memory-gib GIB (an estimate)")

@@ -144,6 +144,32 @@ def parallel_sizes(vllm_config) -> dict[str, int]:
     }
 
 
+def pipeline_problem(vllm_config, one_line=str) -> str | None:
+    """What is wrong when a pipeline stage gets none of the model's layers
+    (vLLM's ``get_pp_indices``, as each stage's model builds them: vLLM's
+    planner then divides by that worker's page bytes, zero) or vLLM rejects
+    ``VLLM_PP_LAYER_PARTITION`` (its words, through ``one_line``); None when
+    every stage has layers."""
+    import os
+
+    from vllm.distributed.utils import get_pp_indices
+
+    model = vllm_config.model_config  # vLLM 0.11 has no get_total_num_hidden_layers: the text config's count
+    layers = model.get_total_num_hidden_layers() if hasattr(model, "get_total_num_hidden_layers") else model.hf_text_config.num_hidden_layers
+    size = vllm_config.parallel_config.pipeline_parallel_size
+    given = f" (VLLM_PP_LAYER_PARTITION={os.environ['VLLM_PP_LAYER_PARTITION']})" if "VLLM_PP_LAYER_PARTITION" in os.environ else ""
+    try:
+        empty = [rank for rank in range(size) if len(range(*get_pp_indices(layers, rank, size))) == 0]
+    except ValueError as exc:  # VLLM_PP_LAYER_PARTITION that does not fit, in vLLM's words
+        return f"vLLM rejects the pipeline partition{given}: {one_line(exc)}"
+    if size == 1 or not empty:
+        return None
+    shown = ", ".join(map(str, empty[:6])) + (", ..." if len(empty) > 6 else "")
+    return (f"--pipeline-parallel-size {size}{given}: {len(empty)} of the {size} stages ({shown}) "
+            f"{'gets' if len(empty) == 1 else 'get'} none of the model's {layers} layers (vLLM's get_pp_indices); "
+            "a stage without layers has no KV cache for vLLM to plan")
+
+
 def collect_specs(vllm_config) -> tuple[dict[str, Any], dict[str, str]]:
     """``(specs, shared)`` of the model in ``vllm_config``'s static forward
     context, by V1's own ``GPUModelRunner.get_kv_cache_spec`` on a runner
