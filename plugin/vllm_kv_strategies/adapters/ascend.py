@@ -142,8 +142,7 @@ class AscendAdapter(RunnerAdapter):
         layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
         hybrid = facts.is_hybrid(kv_cache_config)  # 0.30: overlaid by stock itself, its budget unscaled
         reason = facts.stock_only_kind(runner, kv_cache_config)  # 0.30's own paths, named as stock decides them
-        corrupt = None if reason is not None or not hybrid else facts.mla_hybrid_corruption(kv_cache_config)
-        if corrupt is not None:
+        if reason is None and hybrid and (corrupt := facts.mla_hybrid_corruption(kv_cache_config)) is not None:
             raise StockWouldCorruptError(f"the plugin refuses {corrupt}")
         reason = reason or facts.stock_only_reason(runner, layer_names, facts.layer_specs(kv_cache_config)) or facts.unbuilt_layout_reason(runner, kv_cache_config, hybrid)
         if reason is not None:

@@ -107,11 +107,13 @@ def check_outputs(args) -> None:
         out = Path(args.json_out)
         if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
             raise BadInput(f"--json {args.json_out}: cannot write a file there")
-    for name, least in (("kv_cache_memory_bytes", "positive"), ("device_memory_gib", "positive"),
-                        ("overhead_gib", "zero or more")):
+    for name, zero_allowed in (("kv_cache_memory_bytes", False), ("device_memory_gib", False), ("overhead_gib", True)):
         value = getattr(args, name, None)
-        finite = not isinstance(value, float) or math.isfinite(value)  # argparse's float() takes "nan" and "inf"
-        if value is not None and not (finite and (value >= 0 if least == "zero or more" else value > 0)):
+        if value is None:
+            continue
+        finite = math.isfinite(value)  # argparse's float() takes "nan" and "inf"
+        if not finite or value < 0 or (value == 0 and not zero_allowed):
+            least = "zero or more" if zero_allowed else "positive"
             raise BadInput(f"--{name.replace('_', '-')} {value}: must be {least}{'' if finite else ' and finite'}")
 
 

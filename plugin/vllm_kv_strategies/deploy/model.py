@@ -13,6 +13,7 @@ while being built, and nothing is communicated on the meta device.
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from typing import Any
 
@@ -150,8 +151,6 @@ def pipeline_problem(vllm_config, one_line=str) -> str | None:
     planner then divides by that worker's page bytes, zero) or vLLM rejects
     ``VLLM_PP_LAYER_PARTITION`` (its words, through ``one_line``); None when
     every stage has layers."""
-    import os
-
     from vllm.distributed.utils import get_pp_indices
 
     model = vllm_config.model_config  # vLLM 0.11 has no get_total_num_hidden_layers: the text config's count
