@@ -146,7 +146,7 @@ def test_no_fallback_after_the_budget_was_left_unscaled(monkeypatch):
     monkeypatch.setattr("vllm_kv_strategies.envs.KV_STRATEGIES", "auto")
     mk = gpt_oss_like()
     runner = mk.make_runner(model_type="gpt_oss", paged_attention=True)
-    with pytest.raises(UnscaledBudgetError, match=r"left unscaled .*paged-attention.* 12582912 bytes for a 6291456-byte plan"):
+    with pytest.raises(UnscaledBudgetError, match=r"left the budget unscaled .*paged-attention.* 12582912 bytes for a 6291456-byte plan"):
         build(mk, runner, overlay_budget=True)
     assert runner.kv_caches == []
 
