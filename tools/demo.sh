@@ -10,7 +10,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 for a in "$@"; do
   if [[ $a == -h || $a == --help ]]; then
-    sed -n '2,8p' "$0" | cut -c3-; echo; echo "tools/demo.py:"; sed -n '3,18p' "$ROOT/tools/demo.py"
+    sed -n '2,8p' "$0" | cut -c3-; echo; echo "tools/demo.py:"; sed -n '3,19p' "$ROOT/tools/demo.py"
     exit 0
   fi
 done
