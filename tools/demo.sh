@@ -5,7 +5,7 @@
 # the answer and the plugin's KV cache summary line and report, and stop the server.
 #
 # Usage: tools/demo.sh [--model-kind llama|qwen3_next|deepseek_v2|all] [tools/demo.py options]
-# Environment: KV_STRATEGIES (default auto) and the plugin's other variables (README).
+# Environment: KV_STRATEGIES (default auto) and the plugin's other variables (docs/using.md).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 for a in "$@"; do
