@@ -136,11 +136,17 @@ def tree_problems(docs: dict[str, str], root: Path = ROOT) -> list[str]:
 # -- cells and sessions --------------------------------------------------------------------------
 
 
-def nox_sessions(root: Path = ROOT) -> dict[str, bool]:
-    """The noxfile's sessions, read from ``tools/nox.sh -l``: {name: runs by default (CI)}."""
+def nox_list(root: Path = ROOT) -> list[tuple[str, bool, str]]:
+    """The noxfile's sessions, read from ``tools/nox.sh -l``: (name, runs by default (CI), the first
+    line of its description)."""
     proc = subprocess.run([str(root / "tools" / "nox.sh"), "-l"], cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return {m[2]: m[1] == "*" for m in re.finditer(r"^([*-]) (\S+) ->", proc.stdout, re.M)}
+    return [(m[2], m[1] == "*", m[3]) for m in re.finditer(r"^([*-]) (\S+) -> (.*)$", proc.stdout, re.M)]
+
+
+def nox_sessions(root: Path = ROOT) -> dict[str, bool]:
+    """{session: runs by default (CI)}."""
+    return {name: default for name, default, _ in nox_list(root)}
 
 
 def named_sessions(text: str) -> set[str]:
@@ -173,6 +179,24 @@ def session_problems(docs: dict[str, str], sessions: dict[str, bool]) -> list[st
                 for session in NOX_RUN.findall(line):
                     if sessions.get(session):
                         problems.append(f"{name}: says `tools/nox.sh -s {session}` is not in CI, but it is a default session")
+    return problems
+
+
+def table_problems(docs: dict[str, str], descriptions: dict[str, str]) -> list[str]:
+    """Table rows that name cells in their first column and test directories (``tests/<dir>``) in
+    their last: each directory must be one the noxfile says the cell runs (its description)."""
+    problems = []
+    for name, text in docs.items():
+        for line in prose(text).splitlines():
+            if not line.startswith("|"):
+                continue
+            columns = [c.strip() for c in line.strip().strip("|").split("|")]
+            cells = CELL.findall(columns[0]) if len(columns) > 1 else []
+            for cell in cells:
+                description = descriptions.get(cell)
+                for directory in sorted(set(re.findall(r"`(tests/\w+)", columns[-1]))):
+                    if description is not None and directory not in description:
+                        problems.append(f"{name}: says `{cell}` runs {directory}; the noxfile's cell runs: {description}")
     return problems
 
 

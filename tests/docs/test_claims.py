@@ -3,8 +3,9 @@
 
 * every repository path they name exists, and every entry of the source layout they draw;
 * every cell and nox session they name is one the noxfile has (``tools/nox.sh -l``: the cells come
-  from the package's support matrix, so a new release's cell needs no change here), and a session
-  said to be "not in CI" is not a default one;
+  from the package's support matrix, so a new release's cell needs no change here), a session
+  said to be "not in CI" is not a default one, and a table row that names cells and the test
+  directories they run names only directories the noxfile's cell runs (its description);
 * every command of this repository they show in a bash block answers ``--help`` (a command that
   needs vLLM or vllm-ascend is run with a built cell's interpreter, ``.nox/<cell>/bin/python``, or
   ``$KV_DOCS_NOX/<cell>/bin/python``; skipped, saying so, when no such cell is built here);
@@ -32,8 +33,18 @@ NOX_DIR = Path(os.environ.get("KV_DOCS_NOX", claims.ROOT / ".nox"))
 
 
 @pytest.fixture(scope="module")
-def sessions() -> dict[str, bool]:
-    return claims.nox_sessions()
+def nox_list() -> list[tuple[str, bool, str]]:
+    return claims.nox_list()
+
+
+@pytest.fixture(scope="module")
+def sessions(nox_list) -> dict[str, bool]:
+    return {name: default for name, default, _ in nox_list}
+
+
+@pytest.fixture(scope="module")
+def descriptions(nox_list) -> dict[str, str]:
+    return {name: description for name, _, description in nox_list}
 
 
 def test_readme_is_short():
@@ -50,6 +61,10 @@ def test_source_layout_lists_what_is_there():
 
 def test_named_cells_and_sessions_exist(sessions):
     assert claims.session_problems(DOCS, sessions) == []
+
+
+def test_cells_run_the_tests_the_docs_say(descriptions):
+    assert claims.table_problems(DOCS, descriptions) == []
 
 
 def test_figures_are_dated_with_the_machine():
@@ -120,6 +135,14 @@ def test_a_removed_or_renamed_session_fails(sessions):
     assert claims.session_problems({"x.md": "run `upstream-0.1.0` in `.nox/ascend-0-1-0`"}, sessions) == [
         f"x.md: names the cell or session 'ascend-0-1-0'; the noxfile has {sorted(sessions)}",
         f"x.md: names the cell or session 'upstream-0.1.0'; the noxfile has {sorted(sessions)}",
+    ]
+
+
+def test_a_cell_said_to_run_tests_it_does_not_run_fails(descriptions):
+    cell = next(name for name, description in descriptions.items() if name.startswith("upstream-") and "tests/e2e" not in description)
+    row = {"x.md": f"| cell | tests |\n|---|---|\n| `{cell}` | `tests/unit`, `tests/e2e` (pipeline parallel) |\n"}
+    assert claims.table_problems(row, descriptions) == [
+        f"x.md: says `{cell}` runs tests/e2e; the noxfile's cell runs: {descriptions[cell]}"
     ]
 
 
