@@ -6,8 +6,9 @@
   from the package's support matrix, so a new release's cell needs no change here), a session
   said to be "not in CI" is not a default one, and a table row that names cells and the test
   directories they run names only directories the noxfile's cell runs (its description);
-* every command of this repository they show in a bash block answers ``--help`` (a command that
-  needs vLLM or vllm-ascend is run with a built cell's interpreter, ``.nox/<cell>/bin/python``, or
+* every command of this repository they show in a bash block answers ``--help`` (with the
+  environment it names, ``.nox/<env>/bin/python``, where that is built; a command that needs vLLM or
+  vllm-ascend with a built cell's interpreter, ``.nox/<cell>/bin/python``, or
   ``$KV_DOCS_NOX/<cell>/bin/python``; skipped, saying so, when no such cell is built here);
 * every section that states a time or a disk size also states the date and the machine.
 
@@ -79,19 +80,15 @@ def test_commands_are_found():
 
 @pytest.mark.parametrize("command", sorted(COMMANDS), ids=[" ".join(c) for c in sorted(COMMANDS)])
 def test_command_answers_help(command):
-    if command[0].startswith(".nox/"):  # run with the environment the docs name, where it is built
-        python = NOX_DIR / Path(command[0]).relative_to(".nox")
-        if not python.exists():
-            pytest.skip(f"{command[0]} is not built under {NOX_DIR}")
-        pythons = [python]
-    else:
-        pythons = [Path(sys.executable)]
+    named = NOX_DIR / Path(command[0]).relative_to(".nox") if command[0].startswith(".nox/") else None
+    # the environment the docs name where it is built (else the cells', as for a command that needs vLLM)
+    pythons = [named if named is not None and named.exists() else Path(sys.executable)]
     proc = claims.run_help(command, str(pythons[0]))
-    missing = re.search(r"No module named '([\w.]+)'", proc.stdout + proc.stderr)
-    if proc.returncode != 0 and missing and not command[0].startswith(".nox/"):  # needs vLLM, vllm-ascend or torch
-        cells = [p for p in claims.cell_pythons(NOX_DIR) if p.exists()]
+    missing = re.search(r"No module named '([\w.]+)'|No package metadata was found for ([\w.-]+)", proc.stdout + proc.stderr)
+    if proc.returncode != 0 and missing and pythons[0] != named:  # needs vLLM, vllm-ascend or torch
+        cells = claims.cell_pythons(NOX_DIR)
         if not cells:
-            pytest.skip(f"needs {missing[1]}, and no cell environment is built under {NOX_DIR}")
+            pytest.skip(f"needs {missing[1] or missing[2]}, and no cell environment is built under {NOX_DIR}")
         for python in cells:
             pythons.append(python)
             proc = claims.run_help(command, str(python))
