@@ -47,8 +47,10 @@ echo "== 3. $PYTHON -m vllm_kv_strategies doctor"
 }
 
 echo "== 4. vLLM's plugin loader loads the plugin, as vllm serve does"
-"$PYTHON" -c 'from vllm.plugins import load_general_plugins; load_general_plugins()' 2>&1 | grep "kv_strategies:" || {
-  echo "install_in_ascend_image: vLLM's plugin loader printed no kv_strategies: line (is VLLM_PLUGINS set without kv_strategies?)" >&2
+# A handler on the root logger first: the plugin's line waits for vLLM's logging, which only a server sets up.
+"$PYTHON" -c 'import logging; logging.basicConfig(level=logging.INFO, format="%(message)s")
+from vllm.plugins import load_general_plugins; load_general_plugins()' 2>&1 | grep "kv_strategies:" || {
+  echo "install_in_ascend_image: vLLM's plugin loader did not load the plugin (no kv_strategies: line; VLLM_PLUGINS=${VLLM_PLUGINS-unset})" >&2
   exit 1
 }
 echo "installed and checked: serve as usual, e.g. vllm serve MODEL --tensor-parallel-size N (KV_STRATEGIES=off turns the plugin off)"
