@@ -118,6 +118,11 @@ def test_the_decision_is_recorded_with_the_layerwise_refusal(monkeypatch):
 # -- every refusal site, forced after an unscaled budget step -------------------------------------
 
 
+def is_function(obj) -> bool:
+    """A plain or cached (``functools.cache``) function: what a planner may call to refuse."""
+    return inspect.isfunction(obj) or inspect.isfunction(getattr(obj, "__wrapped__", None))
+
+
 def calls_in(fn) -> list[tuple[object, str]]:
     """``(owner, name)`` of every function ``fn`` calls by a module's attribute (``facts.X``,
     ``v2.X``) or by its module's global name, nested code (comprehensions, lambdas) included:
@@ -136,9 +141,9 @@ def calls_in(fn) -> list[tuple[object, str]]:
             target = vars(module).get(ins.argval)
             following = instructions[i + 1] if i + 1 < len(instructions) else None
             if isinstance(target, types.ModuleType) and following is not None and following.opname in ("LOAD_ATTR", "LOAD_METHOD"):
-                if inspect.isfunction(getattr(target, following.argval, None)):
+                if is_function(getattr(target, following.argval, None)):
                     found.append((target, following.argval))
-            elif inspect.isfunction(target):
+            elif is_function(target):
                 found.append((module, ins.argval))
         for const in code.co_consts:
             if inspect.iscode(const):
