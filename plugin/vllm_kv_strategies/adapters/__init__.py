@@ -22,9 +22,14 @@ from ..logger import PREFIX, logger
 
 def targets(platform: str) -> tuple[PatchTarget, ...]:
     """What the plugin patches on ``platform`` (the installed release): the
-    runners, and on vllm-ascend 0.11 / 0.13 the hybrid page sizing
+    runners that release has (:func:`~vllm_kv_strategies.compat.upstream.targets`: no V1
+    from vLLM 0.34), and on vllm-ascend 0.11 / 0.13 the hybrid page sizing
     (:func:`~vllm_kv_strategies.compat.ascend.targets`)."""
-    return ascend_facts.targets() if platform == "ascend" else upstream_facts.TARGETS
+    if platform == "ascend":
+        return ascend_facts.targets()
+    from ..compat.matrix import Installed
+
+    return upstream_facts.targets(Installed.detect().vllm)
 
 
 def adapter_for(target: PatchTarget):

@@ -40,6 +40,13 @@ class UpstreamV2Adapter(RunnerAdapter):
     def replacements(self) -> dict[str, Any]:
         return {"init_kv_cache": self.init_kv_cache, "GPUModelRunner.initialize_kv_cache": self.initialize_kv_cache}
 
+    def patch(self, module: Any) -> bool:
+        """Patch; from vLLM 0.34 ``auto`` patches only the code its cell proved
+        (:func:`~vllm_kv_strategies.compat.upstream.v2_code_mismatch`)."""
+        from ..compat.matrix import Installed
+
+        return self.patch_published(module, facts.v2_code_mismatch(Installed.detect().vllm))
+
     def init_kv_cache(
         self,
         stock: Any,
