@@ -58,8 +58,8 @@ def _has_v1_module() -> bool:
 def test_which_runners_a_release_has_is_read_from_its_version_and_matches_the_installed_files():
     assert [t.name for t in upstream.targets("0.33.0")] == ["upstream-v1", "upstream-v2"]
     assert [t.name for t in upstream.targets("0.30.0+cpu")] == ["upstream-v1", "upstream-v2"]
-    for version in ("0.34.0", "0.34.0rc1", "0.35.1", None):
-        assert [t.name for t in upstream.targets(version)] == ["upstream-v2"], version
+    for version in ("0.34.0", "0.34.0rc1", "0.35.1", None):  # V2, and its resizable KV cache's extend_kv_cache
+        assert [t.name for t in upstream.targets(version)] == ["upstream-v2", "upstream-v2-extend"], version
     installed = compat.Installed.detect().vllm
     assert upstream.has_v1(installed) is _has_v1_module(), installed
 

@@ -292,7 +292,11 @@ def test_doctor_without_v1_exits_0_and_names_no_v1_runner(mode):
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert "GPUModelRunner (V1)" not in proc.stdout and "gpu_model_runner" not in proc.stdout + proc.stderr
-    assert [x for x in lines if x.startswith("patch target ")] == ["patch target GPUModelRunner (V2) (vllm.v1.worker.gpu.model_runner):"]
+    assert [x for x in lines if x.startswith("patch target ")] == [
+        "patch target GPUModelRunner (V2) (vllm.v1.worker.gpu.model_runner):",
+        "patch target GPUModelRunner (V2) (vllm.v1.worker.gpu_worker):",  # extend_kv_cache: the resizable KV cache
+    ]
+    assert f"  {'extend_kv_cache':52} present" in lines
     verdict = {"on": "patch the runner", "auto": "patch the runner",
                "observe": "wrap the runner to report stock's KV cache (stock builds it)"}[mode]
     assert lines[-1] == f"KV_STRATEGIES={mode}: the plugin would {verdict}"

@@ -130,10 +130,12 @@ from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter
 if HAS_V1:  # vLLM 0.30 - 0.33: V1, and the CPU runner that subclasses it
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-else:  # vLLM 0.34: no V1; the x86 CPU runner subclasses V2
+else:  # vLLM 0.34: no V1; the x86 CPU runner subclasses V2; the resizable KV cache's extend_kv_cache
+    import vllm.v1.worker.gpu_worker as worker_module
     from vllm.v1.worker.cpu.model_runner import CPUModelRunner
 
     GPUModelRunner = None
+    EXTEND_ORIGINAL = worker_module.__dict__["extend_kv_cache"]
 
 METHOD = "initialize_kv_cache_tensors"
 V1_METHODS = (METHOD, "initialize_kv_cache")
@@ -163,9 +165,11 @@ V1_LINE = ("kv_strategies: patched vllm.v1.worker.gpu_model_runner.{GPUModelRunn
            "GPUModelRunner.initialize_kv_cache} (GPUModelRunner (V1))")
 V2_LINE = ("kv_strategies: patched vllm.v1.worker.gpu.model_runner.{init_kv_cache, GPUModelRunner.initialize_kv_cache} "
            "(GPUModelRunner (V2))")
-PATCHED_LINES = [V1_LINE, V2_LINE] if HAS_V1 else [V2_LINE]
+EXTEND_LINE = "kv_strategies: patched vllm.v1.worker.gpu_worker.{extend_kv_cache} (GPUModelRunner (V2))"
+PATCHED_LINES = [V1_LINE, V2_LINE] if HAS_V1 else [V2_LINE, EXTEND_LINE]
 #: The runner modules register() waits for, as its import hook lists them.
-PENDING = ["vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner"] if HAS_V1 else ["vllm.v1.worker.gpu.model_runner"]
+PENDING = (["vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner"] if HAS_V1
+           else ["vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_worker"])
 
 
 def active_lines(mode: str) -> list[str]:
@@ -184,12 +188,15 @@ def assert_stock() -> None:
         assert CPUModelRunner.initialize_kv_cache_tensors is ORIGINAL
     else:
         assert CPUModelRunner.initialize_kv_cache is V2_ORIGINALS["initialize_kv_cache"]
+        assert worker_module.__dict__["extend_kv_cache"] is EXTEND_ORIGINAL
+        assert patching.MARKER not in vars(worker_module)
     assert patching._finder not in sys.meta_path
     assert patching._finder.callbacks == {}
 
 
 def assert_patched_once() -> None:
     if not HAS_V1:  # the x86 CPU runner inherits V2's initialize_kv_cache: patched through its base class
+        assert worker_module.__dict__[patching.MARKER] == {"extend_kv_cache": EXTEND_ORIGINAL}
         assert "initialize_kv_cache" not in CPUModelRunner.__dict__
         assert CPUModelRunner.initialize_kv_cache is V2_CLASS.__dict__["initialize_kv_cache"]
     for name, original in ORIGINALS.items():
@@ -474,8 +481,8 @@ def test_register_before_the_runner_is_imported_patches_it_on_import():
     assert result["hook"] is True
     assert result["pending"] == PENDING
     # The first runner's callback ran and was dropped (V1's; V2's where the release has no V1).
-    assert result["pending_after_v1"] == (["vllm.v1.worker.gpu.model_runner"] if HAS_V1 else [])
-    assert result["pending_after"] == []
+    assert result["pending_after_v1"] == (["vllm.v1.worker.gpu.model_runner"] if HAS_V1 else ["vllm.v1.worker.gpu_worker"])
+    assert result["pending_after"] == ([] if HAS_V1 else ["vllm.v1.worker.gpu_worker"])  # the worker module: not imported here
     assert result["v2_marker"] == ["init_kv_cache"]
     assert result["marker"] == (["initialize_kv_cache_tensors", "initialize_kv_cache"] if HAS_V1 else ["init_kv_cache"])
     assert result["wrapped_is_original"] is True

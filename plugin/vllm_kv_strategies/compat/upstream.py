@@ -59,8 +59,27 @@ V2 = PatchTarget(
     remove_when="vLLM exposes a KV cache allocation hook for plugins",
 )
 
+V2_EXTEND = PatchTarget(
+    name="upstream-v2-extend",
+    runner="GPUModelRunner (V2)",
+    module="vllm.v1.worker.gpu_worker",
+    attributes=("extend_kv_cache",),
+    adapter="vllm_kv_strategies.adapters.upstream_extend:UpstreamExtendAdapter",
+    why=(
+        "extend_kv_cache (as bound in gpu_worker.py): a resizable KV cache reserves address space in "
+        "init_kv_cache and, after warm-up, commits the final num_blocks and binds new views outside it; "
+        "the plugin checks the views vLLM finally binds against the committed tensors and reports them "
+        "(reserved bytes, committed num_blocks)."
+    ),
+    mirrors="vllm/v1/worker/extensible_kv_cache.py extend_kv_cache (vLLM 0.34), which it calls unchanged",
+    remove_when="vLLM exposes a KV cache allocation hook for plugins",
+)
+
+#: The first vLLM release whose KV cache can be sized after warm-up (``extend_kv_cache``).
+RESIZABLE_FROM = "0.34.0"
+
 #: Every upstream runner of any release (:func:`targets` gives an installed release's).
-TARGETS: tuple[PatchTarget, ...] = (V1, V2)
+TARGETS: tuple[PatchTarget, ...] = (V1, V2, V2_EXTEND)
 
 
 def has_v1(vllm_version: str | None) -> bool:
@@ -73,7 +92,8 @@ def targets(vllm_version: str | None) -> tuple[PatchTarget, ...]:
     """The runners vLLM ``vllm_version`` has, and so what the plugin patches there: whichever
     vLLM picks in a worker gets the plugin; a release without V1 names, waits for and requires
     no V1 target."""
-    return tuple(t for t in TARGETS if t.name != V1.name or has_v1(vllm_version))
+    return tuple(t for t in TARGETS if (t.name != V1.name or has_v1(vllm_version))
+                 and (t.name != V2_EXTEND.name or not release_before(vllm_version, RESIZABLE_FROM)))
 
 
 def custom_kv_cache_dtype(cache_config: Any) -> str | None:
