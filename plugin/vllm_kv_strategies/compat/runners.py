@@ -11,6 +11,7 @@ it) and ``cpu/standalone_model_runner.StandaloneCPUModelRunner`` on other CPUs w
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -86,3 +87,44 @@ def runner_choice(engine_args: list[str], vllm_version: str | None) -> RunnerCho
         return RunnerChoice(facts.V1.runner, facts.V1, "Model Runner V2 needs Triton, which has no backend here")
     return RunnerChoice(facts.V2.runner, facts.V2, "vLLM's default where Triton works (a model feature V2 lacks "
                         "selects V1; pass engine options after -- to check)")
+
+
+#: What ``plan`` says where it plans past vLLM 0.34's missing-Triton refusal (:func:`config_without_triton`).
+PLANNED_WITHOUT_TRITON = ("vLLM {version} cannot start on this machine (its CPU platform needs triton-cpu on x86); "
+                          "planned as that platform would plan with Triton, which the KV cache does not depend on")
+
+
+@contextlib.contextmanager
+def config_without_triton(notes: list[str]):
+    """Within: vLLM 0.34's CPU platform on an x86 machine without Triton builds configs as
+    if Triton were there (``CpuPlatform.check_and_update_config`` refuses x86 without it, a
+    fact about running kernels, not about the KV cache); the sentence saying so is appended
+    to ``notes``. Elsewhere (Triton present, a GPU platform, another release) nothing changes."""
+    from vllm.platforms import CpuArchEnum, current_platform
+
+    import vllm.triton_utils as triton_utils
+
+    refuses = (not triton_utils.HAS_TRITON and current_platform.is_cpu()
+               and current_platform.get_cpu_architecture() == CpuArchEnum.X86
+               and hasattr(current_platform, "uses_standalone_cpu_model_runner"))  # 0.34's CPU platform
+    if not refuses:
+        yield
+        return
+    from .matrix import Installed
+
+    cls = type(current_platform)
+    check = vars(cls)["check_and_update_config"]
+
+    def check_with_triton_stated(klass, vllm_config):
+        triton_utils.HAS_TRITON = True
+        try:
+            return check.__func__(klass, vllm_config)
+        finally:
+            triton_utils.HAS_TRITON = False
+
+    cls.check_and_update_config = classmethod(check_with_triton_stated)
+    try:
+        yield
+    finally:
+        cls.check_and_update_config = check
+    notes.append(PLANNED_WITHOUT_TRITON.format(version=Installed.detect().vllm))
