@@ -168,8 +168,10 @@ V2_LINE = ("kv_strategies: patched vllm.v1.worker.gpu.model_runner.{init_kv_cach
 EXTEND_LINE = "kv_strategies: patched vllm.v1.worker.gpu_worker.{extend_kv_cache} (GPUModelRunner (V2))"
 PATCHED_LINES = [V1_LINE, V2_LINE] if HAS_V1 else [V2_LINE, EXTEND_LINE]
 #: The runner modules register() waits for, as its import hook lists them.
+#: vLLM 0.34's standalone CPU runner is waited for too, to say it is not covered (test below).
+STANDALONE = "vllm.v1.worker.cpu.standalone_model_runner"
 PENDING = (["vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner"] if HAS_V1
-           else ["vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_worker"])
+           else [STANDALONE, "vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_worker"])
 
 
 def active_lines(mode: str) -> list[str]:
@@ -339,6 +341,37 @@ def test_the_cpu_runner_reaches_the_v2_adapter_where_it_subclasses_v2(monkeypatc
     assert v2_module.init_kv_cache.__wrapped__ is V2_ORIGINALS["init_kv_cache"]
 
 
+STANDALONE_PROBE = """
+    import json, logging
+    import vllm_kv_strategies
+    from vllm_kv_strategies import patching
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append((record.levelname, record.getMessage()))
+    logging.getLogger("vllm.kv_strategies").addHandler(handler)
+    vllm_kv_strategies.register()
+    import vllm.v1.worker.cpu.standalone_model_runner as standalone
+    print("RESULT " + json.dumps(dict(
+        records=records,
+        patched=patching.MARKER in vars(standalone) or patching.MARKER in vars(standalone.StandaloneCPUModelRunner),
+    )))
+"""
+
+
+@pytest.mark.skipif(HAS_V1, reason="the standalone CPU runner is new in vLLM 0.34")
+def test_the_standalone_cpu_runner_is_named_not_covered_when_it_loads():
+    """vLLM 0.34's StandaloneCPUModelRunner builds with its own init_kv_cache: the worker's log
+    says the plugin does not cover it, and no line claims it was patched (a fresh interpreter:
+    the warning is given when the module loads)."""
+    result = run_python(STANDALONE_PROBE, timeout=300, KV_STRATEGIES="on", VLLM_TARGET_DEVICE="cpu")
+    assert result["patched"] is False
+    warnings = [m for level, m in result["records"] if level == "WARNING" and "StandaloneCPUModelRunner" in m]
+    assert warnings == [
+        "kv_strategies: StandaloneCPUModelRunner builds its KV cache stock in this worker: vLLM's runner for CPUs "
+        "without Triton that are not x86 builds it with its own cpu/attn_utils.init_kv_cache, which the plugin does not patch"]
+    assert not any("standalone" in m and "patched" in m for _, m in result["records"])
+
+
 # ---------------------------------------------------------------------------
 # Support matrix
 # ---------------------------------------------------------------------------
@@ -481,8 +514,9 @@ def test_register_before_the_runner_is_imported_patches_it_on_import():
     assert result["hook"] is True
     assert result["pending"] == PENDING
     # The first runner's callback ran and was dropped (V1's; V2's where the release has no V1).
-    assert result["pending_after_v1"] == (["vllm.v1.worker.gpu.model_runner"] if HAS_V1 else ["vllm.v1.worker.gpu_worker"])
-    assert result["pending_after"] == ([] if HAS_V1 else ["vllm.v1.worker.gpu_worker"])  # the worker module: not imported here
+    assert result["pending_after_v1"] == (["vllm.v1.worker.gpu.model_runner"] if HAS_V1
+                                          else [STANDALONE, "vllm.v1.worker.gpu_worker"])
+    assert result["pending_after"] == ([] if HAS_V1 else [STANDALONE, "vllm.v1.worker.gpu_worker"])  # not imported here
     assert result["v2_marker"] == ["init_kv_cache"]
     assert result["marker"] == (["initialize_kv_cache_tensors", "initialize_kv_cache"] if HAS_V1 else ["init_kv_cache"])
     assert result["wrapped_is_original"] is True

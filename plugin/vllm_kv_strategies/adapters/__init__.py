@@ -54,6 +54,16 @@ def install(platform: str) -> tuple[PatchTarget, ...]:
 
         patching.cancel_pending(target.module)
         patching.when_imported(target.module, on_import)
+    if platform == "upstream":  # a runner the plugin does not cover says so where it loads, never "patched"
+        from ..compat.matrix import Installed
+
+        for module_name, runner, why in upstream_facts.not_covered(Installed.detect().vllm):
+
+            def uncovered(module: ModuleType, runner: str = runner, why: str = why) -> None:
+                logger.warning("%s %s builds its KV cache stock in this worker: %s", PREFIX, runner, why)
+
+            patching.cancel_pending(module_name)
+            patching.when_imported(module_name, uncovered)
     return chosen
 
 

@@ -82,6 +82,20 @@ RESIZABLE_FROM = "0.34.0"
 TARGETS: tuple[PatchTarget, ...] = (V1, V2, V2_EXTEND)
 
 
+#: Runners vLLM 0.34 has that the plugin does not patch, named in the worker's log when their
+#: module loads: (module, runner, why).
+NOT_COVERED: tuple[tuple[str, str, str], ...] = (
+    ("vllm.v1.worker.cpu.standalone_model_runner", "StandaloneCPUModelRunner",
+     "vLLM's runner for CPUs without Triton that are not x86 builds it with its own cpu/attn_utils.init_kv_cache, "
+     "which the plugin does not patch"),
+)
+
+
+def not_covered(vllm_version: str | None) -> tuple[tuple[str, str, str], ...]:
+    """:data:`NOT_COVERED` where the release has those runners (vLLM 0.34+)."""
+    return () if release_before(vllm_version, RESIZABLE_FROM) else NOT_COVERED
+
+
 def has_v1(vllm_version: str | None) -> bool:
     """Whether vLLM ``vllm_version`` has Model Runner V1 (releases before :data:`V1_REMOVED_IN`;
     an unknown version counts as the newest, without V1)."""
