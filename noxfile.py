@@ -30,10 +30,11 @@ environment cannot be installed fails before any test runs.
     tools/nox.sh -s zoo-ascend-0.23.0                 # the whole Ascend model zoo on one release (not in CI)
     tools/nox.sh -s distributed                       # PP 2 / DP 2 end to end (not in CI)
     tools/nox.sh -s plan-e2e                          # plan against the engine: dense, hybrid, MLA, sliding + full (not in CI)
+    tools/nox.sh -s docs                              # mkdocs build --strict of docs/ and the claims test (tests/docs)
 
 Environments are reused between runs and synchronised with their pins (what
 they change is reinstalled, what they drop is uninstalled), and this checkout
-is reinstalled. ``tools/test.sh`` runs every cell and prints the table.
+is reinstalled. ``tools/test.sh`` runs every cell, then the ``docs`` session, and prints the table.
 """
 
 from __future__ import annotations
@@ -209,6 +210,29 @@ def _zoo(cell: str):
 
 
 _register_cells()
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation (about 1 min): mkdocs build --strict of docs/ (mkdocs.yml) and the claims test
+    (tests/docs: paths, cells, sessions and commands README.md and docs/ name exist, commands' --help,
+    figures dated); requirements/docs.txt, no torch, no vLLM. Runs after the cells in tools/test.sh."""
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    installed, junit = REPORTS / "docs.installed", REPORTS / "docs.xml"
+    installed.unlink(missing_ok=True)
+    junit.unlink(missing_ok=True)
+    lock = REQUIREMENTS / "docs.txt"
+    session.install(PIP_PIN)
+    session.install("--no-deps", "-r", str(lock))
+    session.run_install("python", str(CELL_ENV), "sync", str(lock))
+    installed.touch()
+    session.run(
+        "python", "-m", "pytest", "tests/docs", "-p", "no:cacheprovider", f"--junitxml={junit}", *session.posargs,
+        env={"PYTHONPATH": str(ROOT / "plugin")},
+    )
+
+
+nox.options.sessions.append("docs")  # last: its --help checks use the cells' environments where they are built
 
 
 @nox.session(default=False)

@@ -124,55 +124,46 @@ MULTI_GROUP = {
 
 
 def multi_group_rows(budget: int, results: dict) -> None:
-    """vllm-ascend 0.30's worker budget step on each side, then vLLM's (patched) planner and the
-    build: stock scales the budget (``NPUWorker._scale_kv_cache_memory_for_multi_group``) and
-    gives every layer a private buffer; the plugin leaves it whole where it builds vLLM's overlay."""
-    from types import SimpleNamespace
+    """vllm-ascend 0.30's worker end to end on each side and each runner (V1, Ascend's V2):
+    ``NPUWorker.determine_available_memory`` (only the device measurement stood in for:
+    ``budget`` bytes free for the KV cache), vLLM's (patched) planner, the build
+    (tests/ascend/worker_030.py). Stock scales the budget
+    (``NPUWorker._scale_kv_cache_memory_for_multi_group``) and gives every layer a private
+    buffer; the plugin leaves it whole where it builds vLLM's overlay."""
+    from _pytest.monkeypatch import MonkeyPatch
 
-    from vllm_ascend.worker.worker import NPUWorker
+    import worker_030 as w
 
-    from vllm_kv_strategies.adapters.ascend_overlay import OVERLAY_BUDGET, MultiGroupBudgetAdapter
-
-    scale = patching.original(NPUWorker, "_scale_kv_cache_memory_for_multi_group")
-    module = sys.modules[rf.NPUModelRunner.__module__]
     print()
-    print(f"vllm-ascend 0.30 multi-group models, per-device KV budget {budget >> 20} MiB, stock's budget step on both sides")
-    print("| model | transfer | side | budget after the worker's step | bytes allocated | bytes required | num_blocks | tokens | plugin / stock |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"vllm-ascend 0.30 multi-group models, per-device KV budget {budget >> 20} MiB, the worker's budget step on both sides")
+    print("| model | runner | transfer | side | budget after the worker's step | bytes allocated | bytes required | num_blocks | tokens | plugin / stock |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, kw in MULTI_GROUP.items():
         probe = rf.gqa_model(name, num_blocks=4, max_model_len=4096, **kw)
-        for transfer in (False, True):
-            row, tokens = {"model": name, "transfer": transfer}, {}
-            for side in ("stock", "plugin"):
-                runner = probe.make_runner(model_type="gpt_oss", kv_transfer=transfer)
-                worker = SimpleNamespace(model_runner=runner, vllm_config=runner.vllm_config,
-                                         model_config=runner.vllm_config.model_config, get_kv_cache_spec=lambda: dict(probe.specs))
-                if side == "stock":
-                    step = scale(worker, budget)
-                else:  # as register() leaves it: the budget step checks the runner's build is the plugin's
-                    AscendAdapter().patch(module)
-                    try:
-                        step = MultiGroupBudgetAdapter().scale(scale, worker, budget)
-                    finally:
-                        AscendAdapter().unpatch(module)
-                config = rf.build_kv_cache_config(dict(probe.specs), 0, available_memory=step, max_model_len=4096)
-                built = rf.make_runner(config, model_type="gpt_oss", kv_transfer=transfer)
-                if vars(runner).get(OVERLAY_BUDGET):
-                    vars(built)[OVERLAY_BUDGET] = True
-                caches = (stock if side == "stock" else plugin)(built, copy.deepcopy(config))
-                sizes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for v in caches.values() for t in v}
-                del caches
-                block = min(s.block_size for s in probe.specs.values())
-                tokens[side] = config.num_blocks * block
-                required = max(t.size for t in config.kv_cache_tensors)
-                t = {"budget": step, "bytes_allocated": sum(sizes.values()), "bytes_required": required,
-                     "num_blocks": config.num_blocks, "tokens": tokens[side]}
-                row[side] = t
-                over = f"{tokens['plugin'] / tokens['stock']:.3f}" if side == "plugin" else ""
-                print(f"| {name} | {transfer} | {side} | {step:,} | {t['bytes_allocated']:,} | {required:,} | "
-                      f"{config.num_blocks} | {tokens[side]:,} | {over} |")
-            row["plugin_over_stock_tokens"] = tokens["plugin"] / tokens["stock"]
-            results["multi_group"].append(row)
+        block = min(s.block_size for s in probe.specs.values())
+        for runner in ("V1", "V2"):
+            for transfer in (False, True):
+                row, tokens = {"model": name, "runner": runner, "transfer": transfer}, {}
+                for side in ("stock", "plugin"):
+                    with MonkeyPatch.context() as monkeypatch:
+                        monkeypatch.setenv("KV_STRATEGIES", "auto")
+                        if runner == "V1":
+                            def runner_for(config, transfer=transfer):
+                                return rf.make_runner(config, model_type="gpt_oss", kv_transfer=transfer)
+
+                            d = w.deployment(runner_for, probe, budget, monkeypatch, plugin=side == "plugin", max_model_len=4096)
+                        else:
+                            d = w.deployment_v2(probe, budget, monkeypatch, plugin=side == "plugin", max_model_len=4096,
+                                                model_type="gpt_oss", kv_transfer=transfer)
+                    tokens[side] = d.num_blocks * block
+                    row[side] = {"budget": d.budget, "bytes_allocated": d.allocated, "bytes_required": d.required,
+                                 "num_blocks": d.num_blocks, "tokens": tokens[side]}
+                    over = f"{tokens['plugin'] / tokens['stock']:.3f}" if side == "plugin" else ""
+                    print(f"| {name} | {runner} | {transfer} | {side} | {d.budget:,} | {d.allocated:,} | {d.required:,} | "
+                          f"{d.num_blocks} | {tokens[side]:,} | {over} |")
+                    del d
+                row["plugin_over_stock_tokens"] = tokens["plugin"] / tokens["stock"]
+                results["multi_group"].append(row)
 
 
 def init_time(model, fn, repeats: int) -> float:

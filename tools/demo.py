@@ -7,7 +7,8 @@ Steps (every wait is bounded; each long one first prints what it does and how lo
   1. build a tiny model with tools/tiny_models.py into a temp dir (unless --model-dir);
   2. start ``vllm serve`` through tools/vllm_cpu_serve.py on 127.0.0.1 and a free port;
   3. wait for ``GET /health`` == 200;
-  4. send one ``POST /v1/completions`` (temperature 0, a few tokens) and print it;
+  4. send one ``POST /v1/completions`` (temperature 0, a few tokens) and print it (the
+     tiny model has random weights: its text is noise, and the demo says so);
   5. print every server log line that contains ``kv_strategies:`` (the plugin's
      lines, e.g. its KV cache summary).  None -> message + exit 1, unless
      --allow-no-plugin;
@@ -222,6 +223,9 @@ def main(argv=None) -> int:
         choice = resp["choices"][0]
         print(f"completion ({req_s:.2f} s, HTTP {status}): prompt={args.prompt!r}")
         print(f"  text: {choice['text']!r}")
+        if tmp_model:  # the model built here: its answer means nothing
+            print("  (the tiny model has random weights, so this text is noise: it shows that vLLM served the request. "
+                  "What the demo shows is below: the plugin's kv_strategies: lines and the KV cache report.)")
         if choice.get("token_ids") is not None:
             print(f"  token_ids: {choice['token_ids']}")
         print(f"  finish_reason: {choice.get('finish_reason')}  usage: {resp.get('usage')}")

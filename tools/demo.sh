@@ -5,12 +5,12 @@
 # the answer and the plugin's KV cache summary line and report, and stop the server.
 #
 # Usage: tools/demo.sh [--model-kind llama|qwen3_next|deepseek_v2|all] [tools/demo.py options]
-# Environment: KV_STRATEGIES (default auto) and the plugin's other variables (README).
+# Environment: KV_STRATEGIES (default auto) and the plugin's other variables (docs/using.md).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 for a in "$@"; do
   if [[ $a == -h || $a == --help ]]; then
-    sed -n '2,8p' "$0" | cut -c3-; echo; echo "tools/demo.py:"; sed -n '3,18p' "$ROOT/tools/demo.py"
+    sed -n '2,8p' "$0" | cut -c3-; echo; echo "tools/demo.py:"; sed -n '3,19p' "$ROOT/tools/demo.py"
     exit 0
   fi
 done

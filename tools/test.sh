@@ -4,12 +4,12 @@
 # passed/failed/skipped, minutes. This is what CI runs (.ci/run).
 #
 # Usage: tools/test.sh [CELL ...] [-- PYTEST_ARGS ...]
-#   CELL  upstream-0.33.0, upstream-0.32.0, upstream-0.31.0, upstream-0.30.0, ascend-0.11.0,
-#         ascend-0.13.0, ascend-0.18.0, ascend-0.23.0, ascend-0.30.0 (tools/nox.sh -l lists them).
-#         Default: all.
+#   CELL  a cell of the support matrix (upstream-0.32.0, ascend-0.23.0, ...) or docs (the strict
+#         docs build and the claims test); tools/nox.sh -l lists them (the ones marked *).
+#         Default: all, the docs session last.
 # Exits non-zero if any cell failed, could not be installed, or ran no test (pytest's exit
 # code 5 fails the cell).
-# Disk: each environment takes 1.9-3.7 GiB. Before a cell, when less than KV_TEST_CELL_DISK_GIB
+# Disk: each environment takes 2.1-3.7 GiB. Before a cell, when less than KV_TEST_CELL_DISK_GIB
 # (default 4) GiB are free, other cells' environments in .nox are removed (tools/make_room.py).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

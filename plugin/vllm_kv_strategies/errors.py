@@ -49,3 +49,10 @@ class UnscaledBudgetError(StockWouldFailError):
     the plugin's overlay of KV cache groups, which it then cannot build; stock's
     private per-layer buffers would need several times the budget, so nothing
     falls back to them."""
+
+
+class KVBudgetExceededError(StockWouldFailError):
+    """The bytes about to be allocated for the KV cache exceed the budget the
+    worker measured before its budget step (or ``--kv-cache-memory-bytes``):
+    raised in every mode, before anything is allocated, whichever path
+    (the plugin's layout or stock's build) was about to allocate."""

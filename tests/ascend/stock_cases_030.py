@@ -28,6 +28,15 @@ def sliding() -> rf.ModelKV:
     )
 
 
+def padded_dense() -> rf.ModelKV:
+    """2 full-attention layers (1 KV head x 64, bf16, block 128: page 32,768) whose pages are
+    padded to 34,304 bytes (as a hybrid pads them to its Mamba page), in one group: stock
+    trims the padding off each private buffer's front; refused by name by the plugin."""
+    spec = FullAttentionSpec(block_size=128, num_kv_heads=1, head_size=64, dtype=BF16, page_size_padded=34304)
+    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(2)}
+    return rf.ModelKV("padded dense", 1, rf.build_kv_cache_config(specs, N), specs)
+
+
 def mla() -> rf.ModelKV:
     return rf.deepseek_v3(num_blocks=N, num_layers=2)
 

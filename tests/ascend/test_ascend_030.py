@@ -8,7 +8,7 @@ vllm-ascend's patched planner (runner_factory).
   split as stock passes them, sliding window beside full attention (two
   groups, every layer private), MLA nope / rope, Mamba states after each
   other, with and without KV transfer (2 MiB aligned buffers);
-* what it refuses by name before allocating (stock builds it): hybrids with padded attention pages, sparse attention and
+* what it refuses by name before allocating (stock builds it): padded attention pages, sparse attention and
   every feature :func:`~vllm_kv_strategies.compat.ascend_strided.unbuilt_layout_reason`
   names;
 * stock's new arguments (``kernel_block_sizes``, ``kv_cache_allocation_context``)
@@ -134,12 +134,35 @@ def test_a_mamba_layer_not_named_linear_attn_is_built_where_stock_fails():
     assert conv.untyped_storage().nbytes() == 8 * 17920
 
 
-def test_padded_hybrid_is_refused_by_name_before_allocating(monkeypatch):
+@pytest.mark.parametrize("mode", ["on", "auto"])
+def test_padded_hybrid_stock_would_corrupt_is_refused_in_every_mode(mode, monkeypatch, kv_log):
+    """Stock's trim path lays a padded attention page out as [pad | K all | V all] in the region a
+    Mamba layer holds page by page: blocks of different indices alias (stock's own build shows
+    it). One policy with KDA beside MLA: StockWouldCorruptError in every mode, naming the layers
+    and the bytes, before anything is allocated."""
+    from vllm_kv_strategies.errors import StockWouldCorruptError
+
+    monkeypatch.setenv("KV_STRATEGIES", mode)
     mk = rf.t_hyb_toy()
+    _, kv = stock_build(mk)
+    assert kc.block_conflicts(kv, mk.kv_cache_config)  # stock's own build aliases blocks of different indices
+    runner = mk.make_runner()
+    error = kc.refused_before_allocating(runner, mk.kv_cache_config, StockWouldCorruptError, monkeypatch)
+    assert str(error) == (
+        "the plugin refuses a hybrid KV cache whose attention layer 'model.layers.3.self_attn.attn' (FullAttentionSpec) "
+        "stock 0.30 lays out as [padding | K of all its blocks | V of all its blocks] (its page padded to the Mamba "
+        "page), over bytes [0, 137216) of the backing that 'model.layers.0.linear_attn' (MambaSpec) holds page by "
+        "page: with 4 blocks, block j of one aliases block k != j of the other, so stock would corrupt the KV cache"
+    )
+    assert runner.kv_caches == [] and kv_log.at(logging.WARNING) == []
+
+
+def test_padded_pages_outside_a_hybrid_are_refused_by_name_before_allocating(monkeypatch):
+    mk = cases.padded_dense()
     runner = mk.make_runner()
     monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
     stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
-    with pytest.raises(UnsupportedSpecError, match=r"padded attention pages of FullAttentionSpec \(FullAttentionSpec, MambaSpec\)"):
+    with pytest.raises(UnsupportedSpecError, match=r"padded attention pages of FullAttentionSpec \(FullAttentionSpec\)"):
         AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(mk.kv_cache_config),
                                                    **rf.stock_kwargs(runner, mk.kv_cache_config))
 
@@ -162,7 +185,7 @@ def test_auto_fallback_hands_stock_every_argument(monkeypatch, kv_log):
     """In auto a refused config is stock's exactly, with one warning naming why, and stock
     gets kernel_block_sizes and kv_cache_allocation_context as its caller passed them."""
     monkeypatch.setenv("KV_STRATEGIES", "auto")
-    mk = rf.t_hyb_toy()
+    mk = cases.padded_dense()
     _, want = stock_build(mk)
     runner = mk.make_runner()
     config = copy.deepcopy(mk.kv_cache_config)

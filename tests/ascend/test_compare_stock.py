@@ -34,8 +34,10 @@ the cases in :data:`PLUGIN_BYTES` / :data:`STOCK_BYTES`, where the exact numbers
 private buffers, so where the plugin builds (:data:`STORAGES_030`) the check is that every layer
 owns its storages (no two layers share one), each of exactly the bytes stock allocates (+ 2 MiB
 with transfer, every raw buffer 2 MiB aligned), and the layout signature is stock's. Where it
-refuses by name (:data:`REFUSED_030`: a hybrid with padded attention pages), ``on`` raises ``UnsupportedSpecError`` naming the feature before
-anything is allocated or bound, and ``auto`` gives stock's build (exact bytes) with one warning.
+refuses by name (:data:`REFUSED_030`), ``on`` raises ``UnsupportedSpecError`` naming the feature
+before anything is allocated or bound, and ``auto`` gives stock's build (exact bytes) with one
+warning. What stock's own build corrupts (:data:`CORRUPT_030`: a hybrid with padded attention
+pages, whose blocks of different indices alias) raises ``StockWouldCorruptError`` in every mode.
 Hybrids whose pages line up (:data:`SHARED_030`) are built as stock: one backing of stock's bytes;
 DeepSeek V3.2's MLA and SFA indexer layers (:data:`SPARSE_030`) as stock's private buffers.
 """
@@ -50,6 +52,7 @@ import runner_factory as rf
 from kv_compare import bound_cache, describe, layers_sharing_storage, layout_signature, storage_bytes_by_layer, storages
 from kv_compare import plugin_init as ours_init
 from kv_compare import stock_init
+import kv_compare as kc
 
 from vllm_kv_strategies import patching
 from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
@@ -124,11 +127,12 @@ STORAGES_030 = {
     "deepseek-v3-tp4": ([524_288, 65_536], 61),
 }
 #: model -> (what the plugin names when it refuses, stock bytes without transfer, stock storages).
-REFUSED_030 = {
-    # 2 slots x 4 blocks x 34,304 for its 8 layers; its attention page is padded to the Mamba page
-    # (stock's trim path, [pad | K all | V all] in each region, is not block by block)
-    "t-hyb": (("padded attention pages of FullAttentionSpec",), 274_432, 1),
-}
+REFUSED_030: dict = {}
+#: model -> stock's bytes (no transfer), where stock's own build aliases blocks of different indices
+#: and the plugin refuses in every mode (StockWouldCorruptError): T-HYB, 2 slots x 4 blocks x 34,304
+#: for its 8 layers, its attention page padded to the Mamba page (stock's trim path lays
+#: [pad | K all | V all] in each region, over states that lie page by page).
+CORRUPT_030 = {"t-hyb": 274_432}
 #: model -> stock's one backing in bytes (no transfer), where the plugin builds the hybrid's shared
 #: backing as stock does: 12 slots x 4 blocks x page (1,310,720 at TP1, 393,216 at TP4) for all
 #: 48 layers, attention and Mamba layer j of a slot in one region.
@@ -181,6 +185,25 @@ def _beyond_config(model, stock, kv_transfer, monkeypatch, kv_log, bytes_table, 
     assert "falling back to stock" in warning and "would take" in warning
     required = sum(t.size for t in config.kv_cache_tensors)
     bytes_table.append((name, kv_transfer, sum(storages(stock).values()), sum(storages(ours).values()), required))
+
+
+def _corrupt_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table):
+    """0.30, a config stock's own build corrupts: StockWouldCorruptError in on and auto, naming the
+    layers and the bytes, nothing allocated or bound, no warning."""
+    from vllm_kv_strategies.errors import StockWouldCorruptError
+
+    config = model.kv_cache_config
+    stock = stock_init(model.make_runner(kv_transfer=kv_transfer), copy.deepcopy(config))
+    assert kc.block_conflicts(stock, config), "stock's build of this config no longer aliases blocks"
+    stock_bytes = sum(storages(stock).values())
+    assert stock_bytes == CORRUPT_030[name] + (TRANSFER_ALIGNMENT if kv_transfer else 0)
+    for mode in ("on", "auto"):
+        monkeypatch.setenv("KV_STRATEGIES", mode)
+        runner = model.make_runner(kv_transfer=kv_transfer)
+        error = kc.refused_before_allocating(runner, config, StockWouldCorruptError, monkeypatch)
+        assert "block j of one aliases block k != j of the other" in str(error) and "over bytes [" in str(error)
+        assert runner.kv_caches == [] and kv_log.at(logging.WARNING) == []
+    bytes_table.append((name, kv_transfer, stock_bytes, 0, CORRUPT_030[name]))
 
 
 def _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table):
@@ -275,11 +298,13 @@ def _built_030(name, model, kv_transfer, bytes_table):
 def test_plugin_equals_stock(name, kv_transfer, bytes_table, monkeypatch, kv_log):
     model = MODELS[name]()
     if R >= (0, 30):
-        assert name in {**STORAGES_030, **REFUSED_030, **SHARED_030, **SPARSE_030}, f"{name}: no 0.30 expectation"
+        assert name in {**STORAGES_030, **REFUSED_030, **CORRUPT_030, **SHARED_030, **SPARSE_030}, f"{name}: no 0.30 expectation"
         if name in SPARSE_030:
             return _sparse_030(name, model, kv_transfer, bytes_table)
         if name in SHARED_030:
             return _shared_030(name, model, kv_transfer, bytes_table)
+        if name in CORRUPT_030:
+            return _corrupt_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table)
         if name in REFUSED_030:
             return _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table)
         return _built_030(name, model, kv_transfer, bytes_table)

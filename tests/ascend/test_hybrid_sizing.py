@@ -507,7 +507,7 @@ def test_route_b_refused_at_todays_sizing(how, monkeypatch):
     """The issue's toy: Qwen3-Next TP4 as 0.13 sizes it (block 384, Mamba page padded to 393,216,
     12 tensors of 786,432, N = 2): budget 9,437,184. A K page (196,608) is not the ssm state
     (262,144), so no contiguous K/V places the states block-consistently (route (b) would need
-    K/V with a 393,216-byte block stride, which the ATB cache write refuses: README, "Ascend").
+    K/V with a 393,216-byte block stride, which the ATB cache write refuses: docs/layouts.md, "Ascend").
     It reaches a worker when the sizing did not run (stock in the front-end, or a block size the
     user set). Mamba buffer + K/V of their own would be 18,874,368 (2.000x the config), so the
     plugin refuses it by name before allocating (BeyondConfigError, issue 22: never beyond the

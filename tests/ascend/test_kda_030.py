@@ -134,9 +134,9 @@ def test_kda_beside_mla_is_refused_by_name_in_every_mode(mode, monkeypatch, kv_l
     error = kc.refused_before_allocating(runner, config, StockWouldCorruptError, monkeypatch)
     page = config.kv_cache_tensors[0].block_stride
     assert str(error) == (
-        "the plugin refuses a hybrid of MLA attention and Mamba-type (KDA / GDN) layers in one backing (Kimi-Linear): "
-        f"stock 0.30 views MLA layer 'model.layers.3.self_attn.attn' as the nope of all its {N} blocks, then their "
-        f"rope, over bytes [0, {N * page}) that 'model.layers.0.self_attn' (MambaSpec) holds page by page, so block j "
-        "of one aliases block k != j of the other: stock would corrupt the KV cache"
+        "the plugin refuses a hybrid KV cache whose attention layer 'model.layers.3.self_attn.attn' "
+        "(AscendMLAAttentionSpec) stock 0.30 lays out as the nope of all its blocks, then their rope, over bytes "
+        f"[0, {N * page}) of the backing that 'model.layers.0.self_attn' (MambaSpec) holds page by page: with {N} "
+        "blocks, block j of one aliases block k != j of the other, so stock would corrupt the KV cache"
     )
     assert runner.kv_caches == [] and kv_log.at(logging.WARNING) == []

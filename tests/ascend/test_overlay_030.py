@@ -146,7 +146,7 @@ def test_no_fallback_after_the_budget_was_left_unscaled(monkeypatch):
     monkeypatch.setattr("vllm_kv_strategies.envs.KV_STRATEGIES", "auto")
     mk = gpt_oss_like()
     runner = mk.make_runner(model_type="gpt_oss", paged_attention=True)
-    with pytest.raises(UnscaledBudgetError, match=r"left unscaled .*paged-attention.* 12582912 bytes for a 6291456-byte plan"):
+    with pytest.raises(UnscaledBudgetError, match=r"left the budget unscaled .*paged-attention.* 12582912 bytes for a 6291456-byte plan"):
         build(mk, runner, overlay_budget=True)
     assert runner.kv_caches == []
 
@@ -220,13 +220,17 @@ def test_each_half_builds_the_overlay(model):
     assert kc.layout_signature(halves) == kc.layout_signature(whole)
 
 
-def test_budget_stays_scaled_on_ascend_model_runner_v2(patched_runner):
-    """Ascend's Model Runner V2 gives every layer private buffers (its own allocation, which
-    the plugin builds as stock V2): the budget is stock's."""
+def test_budget_stays_scaled_on_ascend_model_runner_v2_when_its_allocation_is_stock(patched_runner, caplog):
+    """Ascend's Model Runner V2 whose allocation (``vllm_ascend.worker.v2.attn_utils``) the plugin
+    did not patch gives every layer private buffers: the budget is stock's, and the warning names
+    the V2 runner. (With it patched the plugin builds vLLM's overlay there too:
+    tests/ascend/test_budget_030.py.)"""
     import vllm_ascend.worker.v2.model_runner as v2
 
     mk = gpt_oss_like()
     runner = object.__new__(v2.NPUModelRunner)
     runner.vllm_config = mk.make_runner().vllm_config
-    assert MultiGroupBudgetAdapter().scale(stock_scale(), worker_of(mk, runner), 1 << 30) == 1 << 29
+    with caplog.at_level(logging.WARNING):
+        assert MultiGroupBudgetAdapter().scale(stock_scale(), worker_of(mk, runner), 1 << 30) == 1 << 29
     assert OVERLAY_BUDGET not in vars(runner)
+    assert "NPUModelRunner (Ascend V2)'s KV cache build is not the plugin's (it stays stock)" in caplog.text

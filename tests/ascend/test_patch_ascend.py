@@ -100,9 +100,8 @@ def _halves_030(monkeypatch, kv_log):
     """0.30 (halves called as its initialize_kv_cache_tensors calls them, with the kernel block
     sizes): on a config the strategies build (2 dense layers, K|V interleaved, and DeepSeek-V3's
     nope / rope), the plugin plans every call (no warning) and each layer gets private raw
-    buffers, as stock; on T-HYB, which they refuse by name (a hybrid whose attention pages are
-    padded to the Mamba page: stock's trim path), auto
-    gives stock's halves: one raw backing for every layer, hybrid flag set, one warning."""
+    buffers, as stock; on 2 dense layers whose pages are padded, which they refuse by name
+    (stock's trim path), auto gives stock's halves: a private raw buffer per layer, one warning."""
     planned = []
     real_plan = AscendAdapter.plan_runner
     monkeypatch.setattr(AscendAdapter, "plan_runner", lambda self, *a, **k: planned.append(a[0]) or real_plan(self, *a, **k))
@@ -127,7 +126,9 @@ def _halves_030(monkeypatch, kv_log):
         assert runner.hybrid_with_attn_and_mamba is False
     assert not [r for r in kv_log.records if r.levelno >= logging.WARNING]
 
-    model = rf.t_hyb_toy()
+    import stock_cases_030
+
+    model = stock_cases_030.padded_dense()
     runner = model.make_runner()
     config = copy.deepcopy(model.kv_cache_config)
     raws = runner._allocate_kv_cache_tensors(config)
@@ -136,9 +137,9 @@ def _halves_030(monkeypatch, kv_log):
     assert caches.keys() == whole.keys()
     for name in caches:
         assert [(tuple(t.shape), t.stride()) for t in caches[name]] == [(tuple(t.shape), t.stride()) for t in whole[name]]
-    assert len({t.untyped_storage().data_ptr() for v in caches.values() for t in v}) == 1  # stock's one backing
-    assert {t.untyped_storage().nbytes() for v in caches.values() for t in v} == {274_432}
-    assert runner.hybrid_with_attn_and_mamba is True
+    assert len({t.untyped_storage().data_ptr() for v in caches.values() for t in v}) == 2  # stock's private buffers
+    assert {t.untyped_storage().nbytes() for v in caches.values() for t in v} == {8 * 34_304}
+    assert runner.hybrid_with_attn_and_mamba is False
     warnings = {r.getMessage() for r in kv_log.records if r.levelno >= logging.WARNING}
     assert len(warnings) == 1 and "padded attention pages of FullAttentionSpec" in warnings.pop()
 

@@ -457,7 +457,10 @@ def test_k_and_v_of_different_widths_030(monkeypatch):
 @pytest.mark.skipif(not ON_030, reason="vllm-ascend 0.30's strided hybrid backing")
 def test_hybrid_backing_is_stocks_030(monkeypatch):
     """An unpadded hybrid: stock's one backing, layer j of each kind in region j, byte for byte;
-    T-HYB (attention page padded to the Mamba page) is refused before anything is allocated."""
+    T-HYB (attention page padded to the Mamba page: stock's trim path aliases blocks of different
+    indices) is refused in every mode before anything is allocated."""
+    from vllm_kv_strategies.errors import StockWouldCorruptError
+
     import copy
 
     import stock_cases_030
@@ -469,5 +472,5 @@ def test_hybrid_backing_is_stocks_030(monkeypatch):
     assert {t.untyped_storage().nbytes() for v in ours.values() for t in v} == {mk.kv_cache_config.kv_cache_tensors[0].size}
     monkeypatch.setattr(torch, "zeros", lambda *a, **k: pytest.fail("allocated"))
     toy = rf.t_hyb_toy()
-    with pytest.raises(UnsupportedSpecError, match=r"padded attention pages of FullAttentionSpec"):
+    with pytest.raises(StockWouldCorruptError, match=r"\[padding \| K of all its blocks \| V of all its blocks\]"):
         kv_compare.plugin_init(toy.make_runner(), toy.kv_cache_config)

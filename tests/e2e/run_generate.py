@@ -126,7 +126,7 @@ def main(argv=None) -> int:
         help="workers (CPU: needs VLLM_CPU_OMP_THREADS_BIND, e.g. '0|1' for 2)",
     )
     ap.add_argument("--pipeline-parallel-size", type=int, default=1,
-                    help="CPU 0.32: stops with --enforce-eager, stock too (see README, Multi-node / Ray)")
+                    help="CPU 0.32: stops with --enforce-eager, stock too (see docs/testing.md, Pipeline parallel and data parallel)")
     ap.add_argument(
         "--distributed-executor-backend", default=None,
         help="vLLM's default if unset ('ray' stops on vLLM's CPU build: see tests/e2e/ray_workers.py)",

@@ -5,7 +5,7 @@ its own KV cache, and ``report DIR`` sums the deployment.
 * Pipeline parallel 2 (``LLM(pipeline_parallel_size=2)``, two workers): stage 0
   builds layers 0-1, stage 1 layers 2-3 of the tiny Llama. It runs with
   torch.compile: with ``enforce_eager`` the CPU build stops on the second
-  stage's first step, plugin or not (README, Multi-node / Ray).
+  stage's first step, plugin or not (docs/testing.md, Pipeline parallel and data parallel).
 * Data parallel 2 (``--data-parallel-size 2`` of vLLM's API server: two engine
   cores of one worker each). vLLM runs a dense model's engines independently,
   so each worker's torch.distributed world is its own; the report numbers them

@@ -16,8 +16,9 @@ import vllm_kv_strategies
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Directories whose every file the sdist ships (scripts, tests, pins, benchmarks).
-SHIPPED_DIRS = ("plugin", "tests", "tools", "benchmarks", "requirements", ".ci")
-SHIPPED_FILES = ("noxfile.py", "pyproject.toml", "entry_points.toml", "README.md", "CHANGELOG.md", "LICENSE")
+SHIPPED_DIRS = ("plugin", "tests", "tools", "benchmarks", "requirements", ".ci", "docs")
+SHIPPED_FILES = ("noxfile.py", "mkdocs.yml", "pyproject.toml", "entry_points.toml", "README.md", "CHANGELOG.md",
+                 "CONTRIBUTING.md", "LICENSE")
 
 
 def source_files() -> set[str]:

@@ -1,4 +1,4 @@
-"""``tools/tiny_models.py``'s kinds (README, "Run it yourself"): the Gemma 3 style one is 5
+"""``tools/tiny_models.py``'s kinds (docs/run-on-cpu.md, "Run it yourself"): the Gemma 3 style one is 5
 sliding-window layers and 1 full, with untied embeddings, as vLLM reads its config."""
 
 from __future__ import annotations

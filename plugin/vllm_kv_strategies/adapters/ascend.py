@@ -36,19 +36,19 @@ from typing import Any
 from ..compat import ascend as facts
 from ..compat.ascend_releases import code_mismatch
 from ..compat.matrix import Installed, release_before
-from ..errors import StockWouldCorruptError, UnsupportedSpecError
-from ..layout.ascend import TensorLayout, buffer_slices, layer_views, plan_layout
+from ..errors import StockWouldCorruptError, StockWouldFailError, UnscaledBudgetError, UnsupportedSpecError
+from ..layout.ascend import TensorLayout, allocation_bytes, buffer_slices, layer_views, plan_layout
 from ..layout.interleaved_kv import interleaved_kv_views
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
 from ..strategies.bsh_attention import restate_bsh
 from ..strategies.sparse_mla import normalize_legacy_specs
 from .ascend_binding import bind_every_layer
+from .ascend_budget import (
+    TRANSFER_ALIGNMENT, check_within_budget, overlay_committed, stock_within_budget, unscaled_refusal,
+)
 from .ascend_overlay import overlay_plan, overlay_wanted
 from .base import RunnerAdapter, allocate_bytes
-
-#: Prefill/decode disaggregation: KV transfer engines need 2 MiB aligned buffers.
-TRANSFER_ALIGNMENT = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ class AscendAdapter(RunnerAdapter):
         layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
         hybrid = facts.is_hybrid(kv_cache_config)  # 0.30: overlaid by stock itself, its budget unscaled
         reason = facts.stock_only_kind(runner, kv_cache_config)  # 0.30's own paths, named as stock decides them
-        if reason is None and hybrid and (corrupt := facts.mla_hybrid_corruption(kv_cache_config)) is not None:
+        if reason is None and hybrid and (corrupt := facts.hybrid_corruption(kv_cache_config)) is not None:
             raise StockWouldCorruptError(f"the plugin refuses {corrupt}")
         reason = reason or facts.stock_only_reason(runner, layer_names, facts.layer_specs(kv_cache_config)) or facts.unbuilt_layout_reason(runner, kv_cache_config, hybrid)
         if reason is not None:
@@ -185,10 +185,27 @@ class AscendAdapter(RunnerAdapter):
         return AscendPlan(plan, layouts, hybrid, kernel, shapes)
 
     def _decide(self, runner: Any, kv_cache_config: Any, kernel_block_sizes: list[int] | None = None) -> AscendPlan | None:
-        """The plan, or None for "stock" (observe, fallback, or inside stock)."""
+        """The plan, or None for "stock" (observe, fallback, or inside stock).
+
+        A runner whose worker left the budget unscaled for vLLM's overlay
+        (:func:`~vllm_kv_strategies.adapters.ascend_budget.overlay_committed`)
+        is planned as the overlay with no fallback: any refusal raises
+        :class:`~vllm_kv_strategies.errors.UnscaledBudgetError` in every mode,
+        since stock's private buffers would exceed the budget."""
         if self.observing() or self.building_stock(runner):
             return None
+        if overlay_committed(runner):
+            return self._committed_overlay(runner, kv_cache_config, kernel_block_sizes)
         return self.plan_or_fallback(lambda: self.plan_runner(runner, kv_cache_config, kernel_block_sizes))
+
+    def _committed_overlay(self, runner: Any, kv_cache_config: Any, kernel_block_sizes: list[int] | None) -> AscendPlan:
+        try:
+            return self.plan_runner(runner, kv_cache_config, kernel_block_sizes, overlay=True)
+        except UnscaledBudgetError:
+            raise
+        except Exception as exc:
+            skip = set(getattr(runner, "runner_only_attn_layers", ()) or ())
+            raise unscaled_refusal(runner, kv_cache_config, skip, exc, self.target.runner) from exc
 
     @staticmethod
     def _kernel_block_sizes(runner: Any) -> dict[str, int]:
@@ -209,8 +226,11 @@ class AscendAdapter(RunnerAdapter):
         Stock gets every argument it was called with."""
         decided = self._decide(runner, kv_cache_config)
         if decided is None:
+            if not self.building_stock(runner):  # inside stock's build, its initialisation checked it
+                stock_within_budget(lambda config: stock(runner, config, *args, **kwargs), runner, kv_cache_config, self.target.runner)
             return stock(runner, kv_cache_config, *args, **kwargs)
         runner.hybrid_with_attn_and_mamba = decided.hybrid
+        check_within_budget(runner, *allocation_bytes(decided.layouts), f"the plugin's KV cache layout ({self.target.runner})")
         return allocate(decided.layouts, runner.device, runner.vllm_config.kv_transfer_config is not None)
 
     def reshape_kv_cache_tensors(
@@ -236,12 +256,16 @@ class AscendAdapter(RunnerAdapter):
         self.mark_built(runner)
         decided = self._decide(runner, kv_cache_config, _argument(args, kwargs, 0, "kernel_block_sizes"))
         if decided is None:
+            allocate_stock = getattr(type(runner), "_allocate_kv_cache_tensors", None)
             with self.stock_build(runner):
+                if allocate_stock is not None:  # 0.13+: its allocation half, measured before stock allocates
+                    stock_within_budget(lambda config: allocate_stock(runner, config), runner, kv_cache_config, self.target.runner)
                 kv_caches = stock(runner, kv_cache_config, *args, **kwargs)
             self.report(None, kv_caches, kv_cache_config, runner)
             return kv_caches
         runner.hybrid_with_attn_and_mamba = decided.hybrid
         # sleep mode's pool on releases that pass it (0.28+), as stock allocates there
+        check_within_budget(runner, *allocation_bytes(decided.layouts), f"the plugin's KV cache layout ({self.target.runner})")
         context = _argument(args, kwargs, 1, "kv_cache_allocation_context")
         with context if context is not None else nullcontext():
             raws = allocate(decided.layouts, runner.device, runner.vllm_config.kv_transfer_config is not None)

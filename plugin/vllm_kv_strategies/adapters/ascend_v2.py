@@ -25,6 +25,7 @@ Allocation runs inside the caller's ``kv_cache_allocation_context`` (vLLM's
 
 from __future__ import annotations
 
+import copy
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -34,14 +35,15 @@ from ..compat import ascend as facts
 from ..compat import ascend_v2 as v2
 from ..compat.ascend_releases import v2_code_mismatch
 from ..compat.matrix import Installed
-from ..errors import KVCacheLayoutError, StockWouldFailError, UnsupportedSpecError
-from ..layout.ascend import TensorLayout, layer_views, plan_layout
+from ..errors import KVCacheLayoutError, StockWouldCorruptError, StockWouldFailError, UnsupportedSpecError
+from ..layout.ascend import TensorLayout, allocation_bytes, layer_views, plan_layout
 from ..layout.interleaved_kv import interleaved_kv_views
 from ..layout.strided import backing_bytes, layer_regions
 from ..logger import PREFIX, warn_once
 from ..plan import KVCachePlan, plan_kv_cache
 from ..strategies import LayoutFamily
 from .ascend import allocate
+from .ascend_budget import check_within_budget, decision_of, dry_run_bytes, overlay_committed, unscaled_refusal
 from .base import RunnerAdapter
 
 #: The V2 runner whose ``initialize_kv_cache`` is running; set to None once
@@ -60,6 +62,11 @@ class V2Plan:
     layouts: list[TensorLayout]
     #: the hybrid backing's bytes and layer -> (start byte, bytes); None without a hybrid
     regions: tuple[int, dict[str, tuple[int, int]]] | None
+
+
+def _building() -> Any:
+    """The V2 runner whose ``initialize_kv_cache`` runs (its allocation is not done yet), or None."""
+    return _pending[-1] if _pending else None
 
 
 def _current_vllm_config() -> Any:
@@ -84,9 +91,14 @@ class AscendV2AllocationAdapter(RunnerAdapter):
 
     # -- planning ----------------------------------------------------------
     def plan_v2(
-        self, vllm_config: Any, kv_cache_config: Any, shared_layers: dict[str, str], kernel_block_sizes: list[int] | None = None
+        self, vllm_config: Any, kv_cache_config: Any, shared_layers: dict[str, str], kernel_block_sizes: list[int] | None = None,
+        overlay: bool = False,
     ) -> V2Plan:
         """Plan every layer and decide V2's layout before anything is allocated.
+        A config overlaying KV cache groups (vLLM's planner, PR #51718) is
+        built as that overlay (one backing, V2's hybrid regions, every
+        attention layer K|V interleaved) where ``overlay`` (the worker left
+        the budget unscaled for it) or ``--kv-cache-memory-bytes`` asks for it.
 
         Raises:
             UnsupportedSpecError: what V2 lays out otherwise (named,
@@ -94,17 +106,25 @@ class AscendV2AllocationAdapter(RunnerAdapter):
             StockWouldFailError: a hybrid config V2 raises on too (strides
                 other than ``num_blocks x page``, tensors of different sizes).
             KVCacheLayoutError: a strategy's parts do not fit a layer's page
-                (:func:`~vllm_kv_strategies.plan.plan_kv_cache`).
+                (:func:`~vllm_kv_strategies.plan.plan_kv_cache`); the overlay
+                asked for is refused (:func:`~vllm_kv_strategies.compat.ascend_v2.overlay_refusal`).
         """
-        reason = v2.unbuilt_reason(vllm_config, kv_cache_config, kernel_block_sizes)
+        skip = set(shared_layers)
+        hybrid = facts.is_hybrid(kv_cache_config)
+        overlay = not hybrid and facts.overlays_groups(kv_cache_config, skip) and (
+            overlay or bool(vllm_config.cache_config.kv_cache_memory_bytes))
+        if overlay and (refused := v2.overlay_refusal(vllm_config, kv_cache_config)) is not None:
+            raise KVCacheLayoutError(f"vLLM's overlay of {len(kv_cache_config.kv_cache_groups)} KV cache groups: {refused}")
+        reason = None if overlay else v2.unbuilt_reason(vllm_config, kv_cache_config, kernel_block_sizes)
+        if reason is None and (corrupt := facts.hybrid_corruption(kv_cache_config, padded_attention=False)) is not None:
+            raise StockWouldCorruptError(f"the plugin refuses {corrupt}")
         if reason is not None:
             raise UnsupportedSpecError(f"the strategies do not build the {reason}")
         forward_context = vllm_config.compilation_config.static_forward_context
         model_config = vllm_config.model_config
         dims = self.layer_dims(getattr(model_config, "hf_text_config", None), forward_context, getattr(model_config, "dtype", None))
-        skip = set(shared_layers)
-        combined = v2.combined_kv_layers(vllm_config, kv_cache_config)
-        if facts.is_hybrid(kv_cache_config):  # one backing (V2 lays hybrids out so)
+        combined = v2.combined_kv_layers(vllm_config, kv_cache_config, overlay)
+        if hybrid or overlay:  # one backing (V2 lays hybrids out so; the plugin its overlay too)
             misfit = v2.hybrid_stride_misfit(kv_cache_config)
             if misfit is not None:
                 raise StockWouldFailError(f"Ascend Model Runner V2 raises on this hybrid KV cache config too: {misfit}")
@@ -117,11 +137,20 @@ class AscendV2AllocationAdapter(RunnerAdapter):
         layouts, _ = plan_layout(plan, coallocated=v2.COALLOCATED_GROUPS, interleaved_kv=combined)
         return V2Plan(plan, combined, layouts, None)
 
-    def _decide(self, kv_cache_config: Any, shared_layers: dict[str, str], kernel_block_sizes: list[int] | None = None) -> V2Plan | None:
-        """The plan, or None for "stock" (observe, or the fallback)."""
+    def _decide(self, runner: Any, kv_cache_config: Any, shared_layers: dict[str, str],
+                kernel_block_sizes: list[int] | None = None) -> V2Plan | None:
+        """The plan, or None for "stock" (observe, or the fallback). The V2
+        runner whose ``initialize_kv_cache`` runs carries its worker's budget
+        decision: left unscaled for vLLM's overlay, it is planned as the
+        overlay with no fallback (``UnscaledBudgetError`` in every mode)."""
         if self.observing():
             return None
         vllm_config = _current_vllm_config()
+        if runner is not None and overlay_committed(runner):
+            try:
+                return self.plan_v2(vllm_config, kv_cache_config, shared_layers, kernel_block_sizes, overlay=True)
+            except Exception as exc:
+                raise unscaled_refusal(runner, kv_cache_config, set(shared_layers), exc, "Ascend Model Runner V2") from exc
         return self.plan_or_fallback(lambda: self.plan_v2(vllm_config, kv_cache_config, shared_layers, kernel_block_sizes))
 
     # -- the replaced functions --------------------------------------------
@@ -138,13 +167,19 @@ class AscendV2AllocationAdapter(RunnerAdapter):
             StockWouldFailError: in every mode (see :meth:`plan_v2`).
             KVCacheAllocationError: the device has not the bytes.
         """
-        decided = self._decide(kv_cache_config, shared_layers)
+        runner, vllm_config = _building(), _current_vllm_config()
+        decided = self._decide(runner, kv_cache_config, shared_layers)
         if decided is None:
+            if runner is not None and decision_of(runner) is not None:  # stock's bytes, measured on the meta device
+                nbytes, buffers = dry_run_bytes(lambda meta: stock(copy.deepcopy(kv_cache_config), shared_layers=shared_layers, device=meta))
+                check_within_budget(runner, nbytes, buffers, "stock's KV cache build (Ascend Model Runner V2)", vllm_config)
             return stock(kv_cache_config, shared_layers=shared_layers, device=device)
-        align = _current_vllm_config().kv_transfer_config is not None
+        align = vllm_config.kv_transfer_config is not None
         if decided.regions is None:
+            check_within_budget(runner, *allocation_bytes(decided.layouts), "the plugin's KV cache layout (Ascend Model Runner V2)", vllm_config)
             return allocate(decided.layouts, device, align)
         size, regions = decided.regions
+        check_within_budget(runner, size, 1, "the plugin's KV cache layout (Ascend Model Runner V2)", vllm_config)
         layers = tuple(decided.plan.layers.values())
         backing = allocate([TensorLayout(0, layers, (size,), True)], device, align)[layers[0].name]
         return {name: backing[start : start + nbytes] for name, (start, nbytes) in regions.items() if name in decided.plan.layers}
@@ -172,9 +207,10 @@ class AscendV2AllocationAdapter(RunnerAdapter):
             KVCacheLayoutError: a layer in no attention group, or a block size
                 that is not a multiple of its group's kernel block size.
         """
+        runner = _building()
         if _pending:
             _pending[-1] = None
-        decided = None if kv_cache_config is None else self._decide(kv_cache_config, shared_kv_cache_layers, kernel_block_sizes)
+        decided = None if kv_cache_config is None else self._decide(runner, kv_cache_config, shared_kv_cache_layers, kernel_block_sizes)
         if decided is None:
             kv_caches = stock(
                 attn_groups=attn_groups, kv_cache_raw_tensors=kv_cache_raw_tensors, cache_dtype=cache_dtype,

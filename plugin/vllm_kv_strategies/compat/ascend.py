@@ -29,7 +29,7 @@ from .ascend_strided import (  # noqa: F401  (re-exported: vLLM 0.30's strided f
     strided_form,
     unbuilt_layout_reason,
 )
-from .ascend_stock_only import mla_hybrid_corruption, stock_only_kind  # noqa: F401  (re-exported: 0.30's kinds that stay stock's)
+from .ascend_stock_only import config_as_allocated, hybrid_corruption, stock_only_kind  # noqa: F401  (re-exported: 0.30's stock paths)
 from .ascend_targets import (  # noqa: F401  (re-exported: the patch declarations)
     _SPLIT_INIT_FROM,
     ASCEND_V2,

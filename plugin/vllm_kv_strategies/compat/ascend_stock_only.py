@@ -24,9 +24,9 @@ per-layer loop, or inside it, and the strategies build none of them:
   ``store_on_host``): host K/V in pinned memory, device K/V only with
   ``keep_device_kv_cache``, plus top-k buffers.
 
-:func:`mla_hybrid_corruption` names the one hybrid stock 0.30 builds but
-corrupts: MLA attention beside Mamba-type (KDA) layers in one backing
-(Kimi-Linear).
+:func:`hybrid_corruption` names the hybrids stock 0.30 builds but corrupts:
+MLA attention beside Mamba-type (KDA) layers in one backing (Kimi-Linear), and
+in V1 attention pages padded to the Mamba page.
 
 Importing this module imports neither torch nor vLLM.
 """
@@ -109,41 +109,91 @@ def stock_only_kind(runner: Any, kv_cache_config: Any) -> str | None:
     return f"vllm-ascend 0.30 layout of {kind} ({STOCK_ONLY_KINDS[kind]}); stock builds it"
 
 
-def mla_hybrid_corruption(kv_cache_config: Any) -> str | None:
-    """Where stock 0.30 would corrupt a hybrid of MLA attention and Mamba-type
-    (KDA, GDN) layers in vLLM's one backing (Kimi-Linear: KDA beside MLA),
-    named; else None.
-
-    Stock's hybrid path (``_allocate_kv_cache_tensors``: a slice of the backing
-    per layer at ``offset + l * layer_stride``) views an MLA layer's slice as
-    the nope of all its blocks, then their rope (``_reshape_kv_cache_tensors``),
-    while a Mamba layer of the same slice keeps its states page by page
-    (``_adjust_kv_layout``): with two blocks or more, block j of one aliases
-    block k != j of the other, which vLLM may give to different groups.
-    """
+def _whole_region_kind(spec: Any, padded_attention: bool) -> str | None:
+    """How stock 0.30 lays an attention layer of a hybrid backing out where it
+    is not page by page: MLA as the nope of all its blocks, then their rope
+    (V1 and V2); with ``padded_attention`` (V1's trim path) an attention page
+    padded to the Mamba page as ``[pad | K of all blocks | V of all blocks]``.
+    None: page by page (Mamba states, unpadded attention K|V per block)."""
     from vllm.v1.kv_cache_interface import MLAAttentionSpec
 
     from .ascend_strided import is_mamba
 
+    if spec is None or is_mamba(spec):
+        return None
+    if isinstance(spec, MLAAttentionSpec):
+        return "the nope of all its blocks, then their rope"
+    if padded_attention and spec.page_size_bytes != getattr(spec, "real_page_size_bytes", spec.page_size_bytes):
+        return "[padding | K of all its blocks | V of all its blocks] (its page padded to the Mamba page)"
+    return None
+
+
+def hybrid_corruption(kv_cache_config: Any, padded_attention: bool = True) -> str | None:
+    """Where stock 0.30's own build of a hybrid (attention + Mamba-type
+    layers in vLLM's one backing) would alias blocks of different indices,
+    named with the layers and the byte range; else None.
+
+    Stock's hybrid path gives each layer the region ``offset + l *
+    layer_stride`` of the backing (``NPUModelRunner._allocate_kv_cache_tensors``)
+    and keeps a Mamba layer's states page by page there
+    (``_adjust_kv_layout``), while an attention layer of the same region laid
+    out whole (:func:`_whole_region_kind`: MLA, as in Kimi-Linear's KDA beside
+    MLA, in V1 and V2; in V1 with ``padded_attention`` also attention pages
+    padded to the Mamba page, ``_reshape_kv_cache_tensors``' trim path) puts
+    its block j over bytes the Mamba layer holds for block k != j. vLLM may
+    give those blocks to different requests: the KV cache is corrupted.
+    """
     n = kv_cache_config.num_blocks
     if n < 2 or not any(hasattr(t, "layer_stride") for t in kv_cache_config.kv_cache_tensors):
         return None
+    from .ascend_strided import is_mamba
+
     specs = {name: layer_spec(g.kv_cache_spec, name) for g in kv_cache_config.kv_cache_groups for name in g.layer_names}
-    regions = {"mla": [], "mamba": []}
+    whole, paged = [], []
     for t in kv_cache_config.kv_cache_tensors:
         for index, name in enumerate(t.layers):
             spec = specs.get(name)
-            kind = "mla" if isinstance(spec, MLAAttentionSpec) else "mamba" if is_mamba(spec) else None
-            if kind is not None:
-                start = t.offset + index * t.layer_stride
-                regions[kind].append((name, start, start + n * spec.page_size_bytes))
-    for mla, m_start, m_end in regions["mla"]:
-        for states, s_start, s_end in regions["mamba"]:
-            if m_start < s_end and s_start < m_end:
+            start = t.offset + index * t.layer_stride
+            if spec is not None and is_mamba(spec):
+                paged.append((name, start, start + n * spec.page_size_bytes))
+            elif (how := _whole_region_kind(spec, padded_attention)) is not None:
+                whole.append((name, how, start, start + n * spec.page_size_bytes))
+    for name, how, w_start, w_end in whole:
+        for states, s_start, s_end in paged:
+            if w_start < s_end and s_start < w_end:
                 return (
-                    f"a hybrid of MLA attention and Mamba-type (KDA / GDN) layers in one backing (Kimi-Linear): stock "
-                    f"0.30 views MLA layer {mla!r} as the nope of all its {n} blocks, then their rope, over bytes "
-                    f"[{max(m_start, s_start)}, {min(m_end, s_end)}) that {states!r} ({type(specs[states]).__name__}) "
-                    "holds page by page, so block j of one aliases block k != j of the other: stock would corrupt the KV cache"
+                    f"a hybrid KV cache whose attention layer {name!r} ({type(specs[name]).__name__}) stock 0.30 lays out "
+                    f"as {how}, over bytes [{max(w_start, s_start)}, {min(w_end, s_end)}) of the backing that {states!r} "
+                    f"({type(specs[states]).__name__}) holds page by page: with {n} blocks, block j of one aliases "
+                    "block k != j of the other, so stock would corrupt the KV cache"
                 )
     return None
+
+
+def config_as_allocated(runner: Any, kv_cache_config: Any) -> Any:
+    """A copy of ``kv_cache_config`` transformed as stock 0.30's
+    ``NPUModelRunner.initialize_kv_cache`` transforms it before allocating:
+    ``apply_layerwise_kv_cache_plan`` (a layerwise-reuse connector's
+    zero-stride tensors) and the cross-layer KV sharing layers added to their
+    targets' groups (vLLM's ``add_kv_sharing_layers_to_kv_cache_groups``).
+    The worker's budget step decides from this, so that allocation, which
+    sees the same config, cannot decide otherwise. The config given is not
+    changed; on releases without those steps the copy is the config."""
+    import copy
+
+    config = copy.deepcopy(kv_cache_config)
+    vllm_config = getattr(runner, "vllm_config", None)
+    try:
+        from vllm_ascend.distributed.kv_transfer.kv_pool.ascend_store.layerwise_cache_layout import (
+            apply_layerwise_kv_cache_plan,
+        )
+    except ImportError:  # a release without layerwise reuse
+        apply_layerwise_kv_cache_plan = None
+    if apply_layerwise_kv_cache_plan is not None and vllm_config is not None:
+        apply_layerwise_kv_cache_plan(config, vllm_config)
+    shared = getattr(runner, "shared_kv_cache_layers", None)
+    if shared:
+        from vllm.v1.worker.utils import add_kv_sharing_layers_to_kv_cache_groups
+
+        add_kv_sharing_layers_to_kv_cache_groups(shared, config.kv_cache_groups, getattr(runner, "runner_only_attn_layers", None))
+    return config

@@ -220,19 +220,20 @@ def unbuilt_reason(vllm_config: Any, kv_cache_config: Any, kernel_block_sizes: l
     return f"Ascend Model Runner V2 layouts of {', '.join(dict.fromkeys(found))} ({kinds}) yet; stock builds them"
 
 
-def combined_kv_layers(vllm_config: Any, kv_cache_config: Any) -> frozenset[str]:
+def combined_kv_layers(vllm_config: Any, kv_cache_config: Any, overlay: bool = False) -> frozenset[str]:
     """The layers V2 gives one buffer with K and V interleaved per kernel
     block outside hybrids: an exact ``FullAttentionSpec`` whose backend is
     not sparse and whose layer needs no contiguous PA cache, as
     ``_allocate_kv_cache`` selects them (0.30); none in a sparse attention
     (SFA) model or under decode context parallelism (V2's guards). In a
-    hybrid every non-MLA attention layer takes that form."""
+    hybrid, and in the plugin's ``overlay`` (:func:`overlay_refusal` passed),
+    every non-MLA attention layer takes that form."""
     from vllm.config import get_layers_from_vllm_config
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
 
     specs = layer_specs(kv_cache_config)
-    if is_hybrid(kv_cache_config):
+    if overlay or is_hybrid(kv_cache_config):
         return frozenset(n for n, s in specs.items() if not is_mamba(s) and not is_mla(s))
     if uses_sfa(vllm_config) or uses_dcp(vllm_config):
         return frozenset()
@@ -248,9 +249,47 @@ def combined_kv_layers(vllm_config: Any, kv_cache_config: Any) -> frozenset[str]
     return frozenset(out)
 
 
+def overlay_refusal(vllm_config: Any, kv_cache_config: Any) -> str | None:
+    """Why the plugin does not build vLLM's overlay of a multi-group config
+    (no Mamba) on V2, or None where it does: one backing, each layer's region
+    at ``offset + i x layer_stride``, every layer's K and V interleaved per
+    kernel block with the physical page over the kernel blocks as pitch, the
+    form V2 gives the attention layers of the hybrid backings it builds itself
+    (``_allocate_kv_cache`` / ``_reshape_combined_attention_kv_cache``). Needs
+    what V2's whole-model and spec branches leave to the generic path, no
+    sparse attention (SFA) or DCP (V2 splits K and V there), and attention
+    layers of one head size whose backend is dense and needs no contiguous
+    paged-attention cache (``requires_contiguous_pa_kv_cache``)."""
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.v1.kv_cache_interface import AttentionSpec
+    from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
+
+    from .specs import head_size_v
+
+    specs = layer_specs(kv_cache_config)
+    found = _model_reasons(vllm_config) + _spec_reasons(specs) + _packed_reasons(vllm_config, specs)
+    if found:
+        return f"Ascend Model Runner V2 layouts of {', '.join(dict.fromkeys(found))} yet"
+    if uses_sfa(vllm_config) or uses_dcp(vllm_config):
+        return "sparse attention (SFA) or decode context parallelism (V2 gives their attention layers separate K and V)"
+    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)
+    for name, spec in specs.items():
+        what, layer = f"layer {name!r} ({type(spec).__name__})", layers.get(name)
+        if not isinstance(spec, AttentionSpec) or is_mla(spec) or head_size_v(spec) != spec.head_size:
+            return f"{what}: only attention with K and V of one head size is overlaid (K|V interleaved per kernel block)"
+        backend = layer.get_attn_backend() if layer is not None else None
+        if backend is None or backend.is_sparse():
+            return f"{what}: no dense attention backend"
+        if requires_contiguous_pa_kv_cache(layer, vllm_config, spec):
+            return f"{what}: its paged-attention kernels need contiguous K/V caches"
+    return hybrid_stride_misfit(kv_cache_config)
+
+
 def hybrid_stride_misfit(kv_cache_config: Any) -> str | None:
-    """Why stock V2's ``_allocate_kv_cache`` raises on a hybrid config, or
-    None: its tensors must share one backing size, and each layer needs
+    """Why stock V2's ``_allocate_kv_cache`` raises on a hybrid config (and
+    why the plugin's overlay does not fit V2's regions), or None: its tensors
+    must share one backing size, and each layer needs
     ``layer_stride == num_blocks x page`` and ``block_stride == page``. Where
     each layer's region lies (and that regions meet only block by block) is
     :func:`vllm_kv_strategies.layout.strided.layer_regions`."""

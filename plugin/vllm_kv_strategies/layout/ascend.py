@@ -49,7 +49,7 @@ from .hybrid_kv import Region, state_regions_in_kv, states_in_kv_page
 from .packets import packet_layer_views
 from .strided import crosses_blocks
 
-__all__ = ["TensorLayout", "buffer_slices", "coallocated_runs", "layer_views", "part_regions", "plan_layout"]
+__all__ = ["TensorLayout", "allocation_bytes", "buffer_slices", "coallocated_runs", "layer_views", "part_regions", "plan_layout"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,16 @@ class TensorLayout:
     #: one backing shared by all ``layers``: each layer's (start, bytes) in
     #: it (vLLM's overlay of KV cache groups, :mod:`.strided`); empty: none.
     regions: tuple[tuple[int, int], ...] = ()
+
+
+def allocation_bytes(layouts: list[TensorLayout]) -> tuple[int, int]:
+    """``(bytes, raw buffers)`` that allocating ``layouts`` takes (without
+    transfer alignment padding): one buffer per layout of vLLM's overlay
+    (:attr:`TensorLayout.regions`), else one per :func:`buffer_slices` entry."""
+    sizes: list[int] = []
+    for lo in layouts:
+        sizes.extend([lo.buffer_bytes[0]] if lo.regions else [n for n, _ in buffer_slices(lo)])
+    return sum(sizes), len(sizes)
 
 
 def part_regions(
