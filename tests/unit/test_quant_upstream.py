@@ -12,6 +12,7 @@ indexer layers, block 64) fp8_ds_mla 12,305,408 (pages 41,984 + 8,448).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from types import SimpleNamespace
@@ -19,9 +20,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-pytest.importorskip("vllm.v1.worker.gpu_model_runner", reason="needs vLLM's upstream runner (vLLM >= 0.30)")
+pytest.importorskip("vllm.v1.worker.gpu.model_runner", reason="needs vLLM's Model Runner V2 (vLLM >= 0.30)")
 
-from test_upstream_adapter import assert_same, run_both  # noqa: E402  (tests/unit is on sys.path)
+from test_upstream_adapter import RUNNERS, assert_same, run_both  # noqa: E402  (tests/unit is on sys.path)
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
     KVQuantMode,
@@ -198,25 +199,52 @@ def test_ds_mla_rows_of_other_layouts_stay_refused():
         default_registry().resolve(v4).page_parts(v4, ModelDims(kv_lora_rank=448, qk_rope_head_dim=64))
 
 
-def test_platform_registered_cache_dtype_is_refused_by_its_name(monkeypatch):
-    """vLLM 0.33's ``register_kv_cache_dtype``: a handler whose ``quant_mode()`` is
-    ``KVQuantMode.CUSTOM`` (an alias of ``OCTAVE_K3V4``, so the mode cannot name it) leaves the
-    layout to the platform backend. vLLM 0.32 has no registry (``vllm.config.cache`` lacks
-    ``get_kv_cache_dtype_handler``): nothing is refused there; a stand-in registry proves the rule."""
-    cache_config = SimpleNamespace(cache_dtype="acme_int6")
-    assert upstream_facts.custom_kv_cache_dtype(cache_config) is None
+@contextlib.contextmanager
+def registered_kv_cache_dtype(name: str, mode):
+    """``name`` registered through vLLM's own ``register_kv_cache_dtype`` (0.33+), removed after."""
     import vllm.config.cache as cache_module
 
-    # 0.33's KVQuantMode.CUSTOM (is_custom_mode); 0.32's enum has no such member or property
-    custom = getattr(KVQuantMode, "CUSTOM", None) or SimpleNamespace(name="OCTAVE_K3V4", is_custom_mode=True)
-    handlers = {
-        "acme_int6": SimpleNamespace(quant_mode=lambda: custom),
-        "acme_fp8": SimpleNamespace(quant_mode=lambda: KVQuantMode.FP8_PER_TENSOR),  # reuses a generic mode
-    }
-    monkeypatch.setattr(cache_module, "get_kv_cache_dtype_handler", handlers.get, raising=False)
-    assert upstream_facts.custom_kv_cache_dtype(cache_config) == "acme_int6"
-    assert upstream_facts.custom_kv_cache_dtype(SimpleNamespace(cache_dtype="acme_fp8")) is None  # a generic mode
-    assert upstream_facts.custom_kv_cache_dtype(SimpleNamespace(cache_dtype="auto")) is None
+    @cache_module.register_kv_cache_dtype(name)
+    class Handler:
+        def torch_dtype(self):
+            return torch.uint8
+
+        def quant_mode(self):
+            return mode
+
+    try:
+        yield
+    finally:
+        cache_module._KV_CACHE_DTYPE_HANDLERS.pop(name, None)
+        STR_DTYPE_TO_TORCH_DTYPE.pop(name, None)
+        if name in cache_module.KV_CACHE_DTYPES:
+            cache_module.KV_CACHE_DTYPES.remove(name)
+
+
+def test_platform_registered_cache_dtype_is_refused_by_its_name():
+    """vLLM 0.33 / 0.34's ``register_kv_cache_dtype``: a handler whose ``quant_mode()`` is
+    ``KVQuantMode.CUSTOM`` (an alias of ``OCTAVE_K3V4``, so the mode cannot name it; 0.34 dropped
+    ``is_custom_mode``) leaves the layout to the platform backend. vLLM 0.32 has neither the
+    registry nor ``CUSTOM``: nothing is refused there."""
+    import vllm.config.cache as cache_module
+
+    cache_config = SimpleNamespace(cache_dtype="acme_int6")
+    assert upstream_facts.custom_kv_cache_dtype(cache_config) is None
+    if not hasattr(cache_module, "register_kv_cache_dtype") or not hasattr(KVQuantMode, "CUSTOM"):
+        assert not hasattr(KVQuantMode, "CUSTOM")  # 0.32: a dtype cannot say it is custom
+        return
+    with registered_kv_cache_dtype("acme_int6", KVQuantMode.CUSTOM), \
+            registered_kv_cache_dtype("acme_fp8", KVQuantMode.FP8_PER_TENSOR):  # reuses a generic mode
+        assert upstream_facts.custom_kv_cache_dtype(cache_config) == "acme_int6"
+        assert upstream_facts.custom_kv_cache_dtype(SimpleNamespace(cache_dtype="acme_fp8")) is None
+        assert upstream_facts.custom_kv_cache_dtype(SimpleNamespace(cache_dtype="auto")) is None
+        assert upstream_facts.custom_kv_cache_dtype(SimpleNamespace(cache_dtype="fp8")) is None  # vLLM's own, no handler
+        refuse_acme_int6(cache_config)
+    assert upstream_facts.custom_kv_cache_dtype(cache_config) is None  # unregistered again
+
+
+def refuse_acme_int6(cache_config):
+    """The plan refuses the registered custom dtype by its name before anything is allocated."""
     spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=BF16)
     with pytest.raises(UnsupportedSpecError, match="'acme_int6'"):
         plan_upstream(
@@ -273,6 +301,6 @@ def test_fp8_ds_mla_with_fp8_indexer_matches_stock(version, on, kv_log):
     assert any("fp8_ds_mla=61" in m and "sparse_mla=61" in m for m in kv_log.at(logging.INFO)), kv_log.at(logging.INFO)
 
 
-@pytest.fixture(params=("v1", "v2"))
+@pytest.fixture(params=RUNNERS)
 def version(request):
     return request.param

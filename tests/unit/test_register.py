@@ -1,9 +1,9 @@
 """``register()``: the ``KV_STRATEGIES`` switch, idempotency, undo, the log
 line, deferred patching, loading through vLLM's plugin loader, and its cost.
 
-The in-process tests patch the real ``GPUModelRunner`` of the installed vLLM
-(0.30, 0.31 or 0.32: every upstream release of the support matrix; already
-imported here); the conftest fixture restores it after every test. Two kinds
+The in-process tests patch the real runners of the installed vLLM (V1's and V2's
+``GPUModelRunner`` up to 0.33, V2's alone on 0.34, which deleted V1; already
+imported here); the conftest fixture restores them after every test. Two kinds
 of fresh subprocess check what only a new interpreter shows: the cheap one
 never imports vLLM, the other (one run, ~10 s) imports the runner module after
 ``register()``.
@@ -84,18 +84,20 @@ CHEAP_PROBE = """
 
 
 DEFERRED_PROBE = """
-    import json, sys
+    import importlib, json, sys
     import vllm_kv_strategies
     from vllm_kv_strategies import patching
     vllm_kv_strategies.register()
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "vllm"))
     hook = patching._finder in sys.meta_path
     pending = sorted(patching._finder.callbacks)
-    import vllm.v1.worker.gpu_model_runner as runner_module
-    cls = runner_module.GPUModelRunner
-    fn = cls.__dict__["initialize_kv_cache_tensors"]
-    originals = cls.__dict__.get(patching.MARKER, {})
-    original = originals.get("initialize_kv_cache_tensors")
+    # The first runner (V1 where the release has it, else V2) and what it left pending.
+    v1 = "vllm.v1.worker.gpu_model_runner" in patching._finder.callbacks
+    runner_module = importlib.import_module("vllm.v1.worker.gpu_model_runner" if v1 else "vllm.v1.worker.gpu.model_runner")
+    owner, name = (runner_module.GPUModelRunner, "initialize_kv_cache_tensors") if v1 else (runner_module, "init_kv_cache")
+    fn = owner.__dict__[name]
+    originals = owner.__dict__.get(patching.MARKER, {})
+    original = originals.get(name)
     pending_after_v1 = sorted(patching._finder.callbacks)
     import vllm.v1.worker.gpu.model_runner as v2_module
     print("RESULT " + json.dumps(dict(
@@ -119,36 +121,57 @@ DEFERRED = Probe(DEFERRED_PROBE)
 import vllm.plugins  # noqa: E402
 import vllm.v1.worker.gpu.model_runner as v2_module  # noqa: E402  (both runners imported: both patched at once)
 import vllm_kv_strategies
-from vllm.v1.worker.cpu_model_runner import CPUModelRunner
-from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from upstream_harness import HAS_V1, needs_v1
 
 from vllm_kv_strategies import adapters, compat, patching
 from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
 from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter
 
+if HAS_V1:  # vLLM 0.30 - 0.33: V1, and the CPU runner that subclasses it
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+else:  # vLLM 0.34: no V1; the x86 CPU runner subclasses V2; the resizable KV cache's extend_kv_cache
+    import vllm.v1.worker.gpu_worker as worker_module
+    from vllm.v1.worker.cpu.model_runner import CPUModelRunner
+
+    GPUModelRunner = None
+    EXTEND_ORIGINAL = worker_module.__dict__["extend_kv_cache"]
+
 METHOD = "initialize_kv_cache_tensors"
 V1_METHODS = (METHOD, "initialize_kv_cache")
 V2_CLASS = v2_module.GPUModelRunner
 #: The stock attributes, taken when this module is imported (before any test ran).
-ORIGINALS = {name: GPUModelRunner.__dict__[name] for name in V1_METHODS}
-ORIGINAL = ORIGINALS[METHOD]
+ORIGINALS = {name: GPUModelRunner.__dict__[name] for name in V1_METHODS} if HAS_V1 else {}
+ORIGINAL = ORIGINALS.get(METHOD)
 V2_ORIGINALS = {"init_kv_cache": v2_module.__dict__["init_kv_cache"], "initialize_kv_cache": V2_CLASS.__dict__["initialize_kv_cache"]}
-assert patching.MARKER not in GPUModelRunner.__dict__, "runner patched before the tests started"
-assert ORIGINAL.__qualname__ == f"GPUModelRunner.{METHOD}"
-assert ORIGINAL.__module__ == "vllm.v1.worker.gpu_model_runner"
+#: The first runner's build (V1's method, else V2's module function): (owner, name).
+FIRST = (GPUModelRunner, METHOD) if HAS_V1 else (v2_module, "init_kv_cache")
+assert patching.MARKER not in vars(FIRST[0]), "runner patched before the tests started"
+if HAS_V1:
+    assert ORIGINAL.__qualname__ == f"GPUModelRunner.{METHOD}"
+    assert ORIGINAL.__module__ == "vllm.v1.worker.gpu_model_runner"
+
+
+def first_build():
+    """The first runner's build attribute as it is now (patched or stock)."""
+    return vars(FIRST[0])[FIRST[1]]
+
 
 #: The installed vLLM, as the log lines name it (e.g. ``0.31.0``).
 INSTALLED = compat.Installed.detect().vllm
-ENABLED_LINE = (
-    f"kv_strategies: enabled (KV_STRATEGIES={{mode}}, vLLM {INSTALLED}): "
-    "will build the KV cache of GPUModelRunner (V1) and GPUModelRunner (V2)"
-)
-PATCHED_LINES = [
-    "kv_strategies: patched vllm.v1.worker.gpu_model_runner.{GPUModelRunner.initialize_kv_cache_tensors, "
-    "GPUModelRunner.initialize_kv_cache} (GPUModelRunner (V1))",
-    "kv_strategies: patched vllm.v1.worker.gpu.model_runner.{init_kv_cache, GPUModelRunner.initialize_kv_cache} "
-    "(GPUModelRunner (V2))",
-]
+RUNNERS = "GPUModelRunner (V1) and GPUModelRunner (V2)" if HAS_V1 else "GPUModelRunner (V2)"
+ENABLED_LINE = f"kv_strategies: enabled (KV_STRATEGIES={{mode}}, vLLM {INSTALLED}): will build the KV cache of {RUNNERS}"
+V1_LINE = ("kv_strategies: patched vllm.v1.worker.gpu_model_runner.{GPUModelRunner.initialize_kv_cache_tensors, "
+           "GPUModelRunner.initialize_kv_cache} (GPUModelRunner (V1))")
+V2_LINE = ("kv_strategies: patched vllm.v1.worker.gpu.model_runner.{init_kv_cache, GPUModelRunner.initialize_kv_cache} "
+           "(GPUModelRunner (V2))")
+EXTEND_LINE = "kv_strategies: patched vllm.v1.worker.gpu_worker.{extend_kv_cache} (GPUModelRunner (V2))"
+PATCHED_LINES = [V1_LINE, V2_LINE] if HAS_V1 else [V2_LINE, EXTEND_LINE]
+#: The runner modules register() waits for, as its import hook lists them.
+#: vLLM 0.34's standalone CPU runner is waited for too, to say it is not covered (test below).
+STANDALONE = "vllm.v1.worker.cpu.standalone_model_runner"
+PENDING = (["vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner"] if HAS_V1
+           else [STANDALONE, "vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_worker"])
 
 
 def active_lines(mode: str) -> list[str]:
@@ -161,22 +184,33 @@ def assert_stock() -> None:
         assert GPUModelRunner.__dict__[name] is fn
     assert v2_module.__dict__["init_kv_cache"] is V2_ORIGINALS["init_kv_cache"]
     assert V2_CLASS.__dict__["initialize_kv_cache"] is V2_ORIGINALS["initialize_kv_cache"]
-    for owner in (GPUModelRunner, v2_module, V2_CLASS):
+    for owner in (GPUModelRunner, v2_module, V2_CLASS) if HAS_V1 else (v2_module, V2_CLASS):
         assert patching.MARKER not in vars(owner)
-    assert CPUModelRunner.initialize_kv_cache_tensors is ORIGINAL
+    if HAS_V1:
+        assert CPUModelRunner.initialize_kv_cache_tensors is ORIGINAL
+    else:
+        assert CPUModelRunner.initialize_kv_cache is V2_ORIGINALS["initialize_kv_cache"]
+        assert worker_module.__dict__["extend_kv_cache"] is EXTEND_ORIGINAL
+        assert patching.MARKER not in vars(worker_module)
     assert patching._finder not in sys.meta_path
     assert patching._finder.callbacks == {}
 
 
 def assert_patched_once() -> None:
+    if not HAS_V1:  # the x86 CPU runner inherits V2's initialize_kv_cache: patched through its base class
+        assert worker_module.__dict__[patching.MARKER] == {"extend_kv_cache": EXTEND_ORIGINAL}
+        assert "initialize_kv_cache" not in CPUModelRunner.__dict__
+        assert CPUModelRunner.initialize_kv_cache is V2_CLASS.__dict__["initialize_kv_cache"]
     for name, original in ORIGINALS.items():
         patched = GPUModelRunner.__dict__[name]
         assert patched is not original
         assert patched.__wrapped__ is original  # one layer of wrapping, not two
         assert patched.__name__ == name and patched.__doc__ == original.__doc__
-    assert GPUModelRunner.__dict__[patching.MARKER] == ORIGINALS
     assert v2_module.__dict__[patching.MARKER] == {"init_kv_cache": V2_ORIGINALS["init_kv_cache"]}
     assert V2_CLASS.__dict__[patching.MARKER] == {"initialize_kv_cache": V2_ORIGINALS["initialize_kv_cache"]}
+    if not HAS_V1:
+        return
+    assert GPUModelRunner.__dict__[patching.MARKER] == ORIGINALS
     # The CPU runner inherits the build method: patched through its base class.
     assert METHOD not in CPUModelRunner.__dict__
     assert patching.MARKER not in CPUModelRunner.__dict__
@@ -233,9 +267,9 @@ def test_auto_and_on_patch_the_defining_class(monkeypatch, kv_log, mode):
 
 def test_register_twice_wraps_once_and_logs_once(kv_log):
     vllm_kv_strategies.register()
-    first = GPUModelRunner.__dict__[METHOD]
+    first = first_build()
     vllm_kv_strategies.register()
-    assert GPUModelRunner.__dict__[METHOD] is first
+    assert first_build() is first
     assert_patched_once()
     assert info_lines(kv_log) == active_lines("auto")
 
@@ -244,11 +278,11 @@ def test_marker_prevents_double_wrapping_when_the_flag_is_lost(monkeypatch):
     # A fork child inherits the patched class but may rerun register() with
     # fresh module state; the marker on the class keeps it one layer deep.
     vllm_kv_strategies.register()
-    first = GPUModelRunner.__dict__[METHOD]
+    first = first_build()
     monkeypatch.setattr(vllm_kv_strategies, "_registered_platform", None)
     vllm_kv_strategies.register()
     adapters.install("upstream")
-    assert GPUModelRunner.__dict__[METHOD] is first
+    assert first_build() is first
     assert_patched_once()
 
 
@@ -264,15 +298,16 @@ def test_unregister_restores_the_identical_original():
 
 def test_patch_unpatch_patch(kv_log):
     vllm_kv_strategies.register()
-    first = GPUModelRunner.__dict__[METHOD]
+    first = first_build()
     vllm_kv_strategies.unregister()
     assert_stock()
     vllm_kv_strategies.register()
     assert_patched_once()
-    assert GPUModelRunner.__dict__[METHOD] is not first  # a fresh wrapper
+    assert first_build() is not first  # a fresh wrapper
     assert info_lines(kv_log) == active_lines("auto") * 2
 
 
+@needs_v1
 def test_patched_method_delegates_to_the_adapter(monkeypatch):
     calls = []
 
@@ -285,6 +320,56 @@ def test_patched_method_delegates_to_the_adapter(monkeypatch):
     runner = CPUModelRunner.__new__(CPUModelRunner)
     assert runner.initialize_kv_cache_tensors("config", [16]) == "built"
     assert calls == [(ORIGINAL, runner, ("config", [16]), {})]
+
+
+def test_the_cpu_runner_reaches_the_v2_adapter_where_it_subclasses_v2(monkeypatch):
+    """vLLM 0.34's x86 ``CPUModelRunner`` (``cpu/model_runner.py``) inherits V2's
+    ``initialize_kv_cache``, which calls the patched ``init_kv_cache``; before 0.34 V2's own
+    class stands for it."""
+    calls = []
+
+    def fake(self, stock, runner, *args, **kwargs):
+        calls.append((stock, runner, args, kwargs))
+        return "built"
+
+    monkeypatch.setattr(UpstreamV2Adapter, "initialize_kv_cache", fake)
+    vllm_kv_strategies.register()
+    cls = V2_CLASS if HAS_V1 else CPUModelRunner
+    runner = cls.__new__(cls)
+    assert runner.initialize_kv_cache("config") == "built"
+    assert calls == [(V2_ORIGINALS["initialize_kv_cache"], runner, ("config",), {})]
+    assert v2_module.init_kv_cache.__wrapped__ is V2_ORIGINALS["init_kv_cache"]
+
+
+STANDALONE_PROBE = """
+    import json, logging
+    import vllm_kv_strategies
+    from vllm_kv_strategies import patching
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append((record.levelname, record.getMessage()))
+    logging.getLogger("vllm.kv_strategies").addHandler(handler)
+    vllm_kv_strategies.register()
+    import vllm.v1.worker.cpu.standalone_model_runner as standalone
+    print("RESULT " + json.dumps(dict(
+        records=records,
+        patched=patching.MARKER in vars(standalone) or patching.MARKER in vars(standalone.StandaloneCPUModelRunner),
+    )))
+"""
+
+
+@pytest.mark.skipif(HAS_V1, reason="the standalone CPU runner is new in vLLM 0.34")
+def test_the_standalone_cpu_runner_is_named_not_covered_when_it_loads():
+    """vLLM 0.34's StandaloneCPUModelRunner builds with its own init_kv_cache: the worker's log
+    says the plugin does not cover it, and no line claims it was patched (a fresh interpreter:
+    the warning is given when the module loads)."""
+    result = run_python(STANDALONE_PROBE, timeout=300, KV_STRATEGIES="on", VLLM_TARGET_DEVICE="cpu")
+    assert result["patched"] is False
+    warnings = [m for level, m in result["records"] if level == "WARNING" and "StandaloneCPUModelRunner" in m]
+    assert warnings == [
+        "kv_strategies: StandaloneCPUModelRunner builds its KV cache stock in this worker: vLLM's runner for CPUs "
+        "without Triton that are not x86 builds it with its own cpu/attn_utils.init_kv_cache, which the plugin does not patch"]
+    assert not any("standalone" in m and "patched" in m for _, m in result["records"])
 
 
 # ---------------------------------------------------------------------------
@@ -348,15 +433,16 @@ def test_a_failure_while_patching_the_runner_is_logged_not_raised(monkeypatch, k
     def boom(self, cls):
         raise RuntimeError("boom while patching")
 
-    monkeypatch.setattr(UpstreamV1Adapter, "patch", boom)
+    monkeypatch.setattr(UpstreamV1Adapter if HAS_V1 else UpstreamV2Adapter, "patch", boom)
     vllm_kv_strategies.register()
-    assert GPUModelRunner.__dict__[METHOD] is ORIGINAL
-    assert patching.MARKER not in GPUModelRunner.__dict__
+    assert first_build() is (ORIGINAL if HAS_V1 else V2_ORIGINALS["init_kv_cache"])
+    assert patching.MARKER not in vars(FIRST[0])
     [warning] = kv_log.at(logging.WARNING)
-    assert warning.startswith("kv_strategies: could not patch vllm.v1.worker.gpu_model_runner.{GPUModelRunner.")
+    module = "vllm.v1.worker.gpu_model_runner.{GPUModelRunner." if HAS_V1 else "vllm.v1.worker.gpu.model_runner.{init_kv_cache"
+    assert warning.startswith(f"kv_strategies: could not patch {module}")
     assert "its KV cache stays stock" in warning and "boom while patching" in warning
-    # Only what really ran is claimed: the V1 runner's patch line is missing, V2's is there.
-    assert info_lines(kv_log) == [ENABLED_LINE.format(mode="auto"), PATCHED_LINES[1]]
+    # Only what really ran is claimed: the failed runner's patch line is missing, the others' are there.
+    assert info_lines(kv_log) == [ENABLED_LINE.format(mode="auto"), *PATCHED_LINES[1:]]
 
 
 # ---------------------------------------------------------------------------
@@ -413,7 +499,7 @@ def test_import_and_register_in_a_fresh_process_import_neither_torch_nor_vllm(mo
         assert result["hook"] is False and result["pending"] == [] and result["platform"] == "off"
     else:  # the control: auto does install the hook
         assert result["hook"] is True
-        assert result["pending"] == ["vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner"]
+        assert result["pending"] == PENDING  # no V1 module waited for where the release has none
         assert result["platform"] == "upstream"
     with capsys.disabled():
         print(
@@ -426,11 +512,15 @@ def test_register_before_the_runner_is_imported_patches_it_on_import():
     result = DEFERRED.result(timeout=300)
     assert result["heavy_before_runner_import"] == []
     assert result["hook"] is True
-    assert result["pending"] == ["vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner"]
-    assert result["pending_after_v1"] == ["vllm.v1.worker.gpu.model_runner"]  # V1's callback ran and was dropped
-    assert result["pending_after"] == []
+    assert result["pending"] == PENDING
+    # The first runner's callback ran and was dropped (V1's; V2's where the release has no V1).
+    assert result["pending_after_v1"] == (["vllm.v1.worker.gpu.model_runner"] if HAS_V1
+                                          else [STANDALONE, "vllm.v1.worker.gpu_worker"])
+    assert result["pending_after"] == ([] if HAS_V1 else [STANDALONE, "vllm.v1.worker.gpu_worker"])  # not imported here
     assert result["v2_marker"] == ["init_kv_cache"]
-    assert result["marker"] == ["initialize_kv_cache_tensors", "initialize_kv_cache"]
+    assert result["marker"] == (["initialize_kv_cache_tensors", "initialize_kv_cache"] if HAS_V1 else ["init_kv_cache"])
     assert result["wrapped_is_original"] is True
     assert result["fn_is_original"] is False
-    assert result["original"] == "vllm.v1.worker.gpu_model_runner.GPUModelRunner.initialize_kv_cache_tensors"
+    assert result["original"] == (
+        "vllm.v1.worker.gpu_model_runner.GPUModelRunner.initialize_kv_cache_tensors" if HAS_V1
+        else "vllm.v1.worker.gpu.attn_utils.init_kv_cache")

@@ -13,20 +13,23 @@ import sys
 import textwrap
 
 import pytest
-from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+import vllm.v1.worker.gpu.model_runner as v2_module
+from upstream_harness import HAS_V1, v1_runner_class
 
 import vllm_kv_strategies
 from vllm_kv_strategies import compat, patching
 
 INSTALLED = compat.Installed.detect().vllm
-RUNNERS = "GPUModelRunner (V1) and GPUModelRunner (V2)"
+#: The runners the release has (vLLM 0.34: V2 only); the log names no other.
+RUNNERS = "GPUModelRunner (V1) and GPUModelRunner (V2)" if HAS_V1 else "GPUModelRunner (V2)"
 OBSERVING = f"kv_strategies: observing (KV_STRATEGIES=observe, vLLM {INSTALLED}): stock builds the KV cache of {RUNNERS}; the plugin reports it"
 ACTIVE = f"kv_strategies: enabled (KV_STRATEGIES=on, vLLM {INSTALLED}): will build the KV cache of {RUNNERS}"
 INVALID = "kv_strategies: KV_STRATEGIES='bogus' is not valid; use one of 'auto', 'on', 'off', 'observe'. vLLM cannot start with it."
 
 
 def patched() -> bool:
-    return patching.MARKER in GPUModelRunner.__dict__
+    """The first runner patched: V1's class where the release has V1, else V2's module."""
+    return patching.MARKER in vars(v1_runner_class() if HAS_V1 else v2_module)
 
 
 def test_observe_wraps_the_runner_and_says_stock_builds(monkeypatch, kv_log):

@@ -9,16 +9,15 @@ import logging
 import pytest
 import torch
 from test_upstream_adapter import dense, make_config, make_runner, run_both
+from upstream_harness import through_adapter
 
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
 from vllm_kv_strategies.errors import KVCacheLayoutError
 from vllm_kv_strategies.plan import plan_kv_cache
 from vllm_kv_strategies.registry import default_registry
 from vllm_kv_strategies.strategies import FullAttentionStrategy, KVCacheStrategy, PagePart
-from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 BF16 = torch.bfloat16
 NAMES = [f"model.layers.{i}.self_attn.attn" for i in range(2)]
@@ -34,8 +33,8 @@ def strided_config(size=16384 * 2, num_blocks=4, block_stride=4096, layer_stride
 
 
 def ours(runner, config):
-    stock = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
-    return UpstreamV1Adapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config), None)
+    """The plugin's build on the release's first runner (V1 up to vLLM 0.33, V2 on 0.34)."""
+    return through_adapter(runner, copy.deepcopy(config))
 
 
 def fresh_runner():
@@ -89,23 +88,24 @@ def test_an_allocation_failure_upstream_is_stocks_and_binds_nothing(monkeypatch)
 def test_any_failure_while_planning_falls_back_in_auto_and_raises_when_on(monkeypatch, kv_log):
     """An error the plugin did not foresee (a bug, a runner of another shape)
     raised before allocation leaves the runner stock in auto, with one warning."""
-    from vllm_kv_strategies.adapters import upstream
+    from vllm_kv_strategies.adapters import upstream, upstream_v2
 
     def broken(*args, **kwargs):
         raise AttributeError("'GPUModelRunner' object has no attribute 'renamed_in_a_future_release'")
 
     monkeypatch.setattr(upstream, "plan_upstream", broken)
+    monkeypatch.setattr(upstream_v2, "plan_upstream", broken)  # V2's adapter holds the name too (vLLM 0.34: V2 only)
     runner = fresh_runner()
     sentinel = {"stock": True}
     stock = lambda *args: sentinel  # noqa: E731
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     for _ in range(2):  # one warning per worker, however often the build runs
-        assert UpstreamV1Adapter().initialize_kv_cache_tensors(stock, runner, strided_config(), None) is sentinel
+        assert through_adapter(runner, strided_config(), stock=stock) is sentinel
     [warning] = kv_log.at(logging.WARNING)
     assert "falling back to stock KV cache for all layers" in warning and "renamed_in_a_future_release" in warning
     monkeypatch.setenv("KV_STRATEGIES", "on")
     with pytest.raises(AttributeError, match="renamed_in_a_future_release"):
-        UpstreamV1Adapter().initialize_kv_cache_tensors(stock, runner, strided_config(), None)
+        through_adapter(runner, strided_config(), stock=stock)
 
 
 class WrongPage(KVCacheStrategy):

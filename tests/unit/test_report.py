@@ -17,8 +17,8 @@ import jsonschema
 import pytest
 import torch
 from test_upstream_adapter import BF16, dense, make_config, make_runner, run_both
+from upstream_harness import through_adapter
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, MambaSpec, SlidingWindowSpec
-from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from vllm_kv_strategies import patching
 from vllm_kv_strategies import report as report_mod
@@ -39,10 +39,10 @@ def stamped(directory: Path, rank: int = 0) -> list[Path]:
 
 
 def stock_caches(specs: dict):
-    """vLLM's stock ``initialize_kv_cache_tensors`` on a planner-made config: (config, kv_caches)."""
+    """vLLM's stock build (V1's ``initialize_kv_cache_tensors``, V2's ``init_kv_cache`` where
+    the release has no V1) on a planner-made config: (config, kv_caches)."""
     vllm_config, config = make_config(specs, "LBHNC", 1 << 22)
-    stock = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
-    return config, stock(make_runner(vllm_config, list(specs)), copy.deepcopy(config), None)
+    return config, through_adapter(make_runner(vllm_config, list(specs)), copy.deepcopy(config), plugin=False)
 
 
 def test_json_report_written_with_exact_totals_and_specs(monkeypatch, tmp_path, kv_log):
@@ -208,10 +208,7 @@ def reports(tmp_path_factory) -> dict[str, Path]:
     out = {}
     stock = report_mod.build_report(None, stock_kv, kv_cache_config=config, mode="observe", model="tiny-llama")
     plan = plan_kv_cache(config)
-    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
-
-    stock_fn = patching.original(GPUModelRunner, "initialize_kv_cache_tensors")
-    ours_kv = UpstreamV1Adapter().initialize_kv_cache_tensors(stock_fn, make_runner(vllm_config, list(specs)), copy.deepcopy(config), None)
+    ours_kv = through_adapter(make_runner(vllm_config, list(specs)), copy.deepcopy(config))
     plugin = report_mod.build_report(plan, ours_kv, mode="on", model="tiny-llama", built_by="vllm_checked")
     for name, data in {"stock": stock, "plugin": plugin}.items():
         (root / name).mkdir()

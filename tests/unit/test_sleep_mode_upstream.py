@@ -18,9 +18,9 @@ import functools
 import pytest
 import torch
 
-pytest.importorskip("vllm.v1.worker.gpu_model_runner", reason="needs vLLM's upstream runner (vLLM >= 0.30)")
+pytest.importorskip("vllm.v1.worker.gpu.model_runner", reason="needs vLLM's Model Runner V2 (vLLM >= 0.30)")
 
-from upstream_harness import RUNNERS, make_config, make_runner  # noqa: E402
+from upstream_harness import RUNNERS, make_config, make_runner, v1_runner_class  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec  # noqa: E402
 
 from vllm_kv_strategies import patching  # noqa: E402
@@ -70,13 +70,12 @@ class Recorder(contextlib.AbstractContextManager):
 
 def _build(version: str, plugin: bool, recorder: Recorder, specs: dict):
     import vllm.v1.worker.gpu.model_runner as v2_model_runner
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     vllm_config, config = make_config(specs, "LBHNC", 1 << 22)
     runner = make_runner(vllm_config, list(specs))
     config = copy.deepcopy(config)
     if version == "v1":
-        stock = recorder.stock(patching.original(GPUModelRunner, "initialize_kv_cache_tensors"))
+        stock = recorder.stock(patching.original(v1_runner_class(), "initialize_kv_cache_tensors"))
         args = (runner, config, None, recorder)  # kernel_block_sizes, kv_cache_allocation_context
         return UpstreamV1Adapter().initialize_kv_cache_tensors(stock, *args) if plugin else stock(*args)
     stock = recorder.stock(patching.original(v2_model_runner, "init_kv_cache"))

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-pytest.importorskip("vllm.v1.worker.gpu_model_runner", reason="needs vLLM's upstream runner (vLLM >= 0.30)")
+pytest.importorskip("vllm.v1.worker.gpu.model_runner", reason="needs vLLM's Model Runner V2 (vLLM >= 0.30)")
 
 import vllm.v1.kv_cache_interface as kv_cache_interface  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
@@ -47,6 +47,7 @@ from upstream_harness import (  # noqa: E402,F401
     describe,
     make_config,
     make_runner,
+    needs_v1,
     run_both,
 )
 
@@ -169,6 +170,7 @@ def test_block_stride_alignment_matches_stock(layout, version):
     assert_same(stock, ours)
 
 
+@needs_v1
 def test_cross_layer_kv_sharing_matches_stock_v1():
     """V1 only: V2 reads cross-layer KV sharing from the model's real Attention
     modules (gpu/attn_utils.get_shared_kv_cache_layers), which the model zoo
@@ -190,6 +192,7 @@ def test_test_fault_binds_two_layers_of_one_group_to_one_cache(monkeypatch, vers
         assert_same(stock, ours)
 
 
+@needs_v1
 def test_v1_subclass_that_overrides_the_build_gets_one_warning(kv_log):
     """A V1 runner subclass with its own ``initialize_kv_cache_tensors`` gets no plugin: its
     ``initialize_kv_cache`` (wrapped) says so once."""

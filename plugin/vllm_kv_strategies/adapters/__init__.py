@@ -22,9 +22,14 @@ from ..logger import PREFIX, logger
 
 def targets(platform: str) -> tuple[PatchTarget, ...]:
     """What the plugin patches on ``platform`` (the installed release): the
-    runners, and on vllm-ascend 0.11 / 0.13 the hybrid page sizing
+    runners that release has (:func:`~vllm_kv_strategies.compat.upstream.targets`: no V1
+    from vLLM 0.34), and on vllm-ascend 0.11 / 0.13 the hybrid page sizing
     (:func:`~vllm_kv_strategies.compat.ascend.targets`)."""
-    return ascend_facts.targets() if platform == "ascend" else upstream_facts.TARGETS
+    if platform == "ascend":
+        return ascend_facts.targets()
+    from ..compat.matrix import Installed
+
+    return upstream_facts.targets(Installed.detect().vllm)
 
 
 def adapter_for(target: PatchTarget):
@@ -49,6 +54,16 @@ def install(platform: str) -> tuple[PatchTarget, ...]:
 
         patching.cancel_pending(target.module)
         patching.when_imported(target.module, on_import)
+    if platform == "upstream":  # a runner the plugin does not cover says so where it loads, never "patched"
+        from ..compat.matrix import Installed
+
+        for module_name, runner, why in upstream_facts.not_covered(Installed.detect().vllm):
+
+            def uncovered(module: ModuleType, runner: str = runner, why: str = why) -> None:
+                logger.warning("%s %s builds its KV cache stock in this worker: %s", PREFIX, runner, why)
+
+            patching.cancel_pending(module_name)
+            patching.when_imported(module_name, uncovered)
     return chosen
 
 

@@ -172,7 +172,7 @@ class RunnerAdapter:
 
     def report(
         self, plan: KVCachePlan | None, kv_caches: dict[str, Any], kv_cache_config: Any, configs: Any = None,
-        modules: dict[str, Any] | None = None,
+        modules: dict[str, Any] | None = None, resizable: dict[str, Any] | None = None,
     ) -> None:
         """The summary line (and the JSON report where asked) of what was built,
         and by whom: :attr:`built_with_plan` with a ``plan``; else stock
@@ -181,7 +181,8 @@ class RunnerAdapter:
         ``model_config`` and ``parallel_config`` (the runner, or its
         ``VllmConfig``), names the model, the worker's data parallel rank and
         vLLM's capacity; ``modules`` (layer -> attention module; defaults to
-        its ``static_forward_context``) each layer's own window."""
+        its ``static_forward_context``) each layer's own window; ``resizable`` which views of a
+        resizable KV cache these are (:func:`~vllm_kv_strategies.report.write.build_report`)."""
         vllm_config = getattr(configs, "vllm_config", configs)
         if modules is None:
             compilation = getattr(configs, "compilation_config", None) or getattr(vllm_config, "compilation_config", None)
@@ -192,7 +193,7 @@ class RunnerAdapter:
             model=getattr(getattr(configs, "model_config", None), "model", None), runner=self.target.runner,
             parallel_config=getattr(configs, "parallel_config", None), built_by=built_by,
             fallback_reason=self.fallback_reason if built_by == "stock_fallback" else None,
-            vllm_config=vllm_config, modules=modules,
+            vllm_config=vllm_config, modules=modules, resizable=resizable,
         )
 
     @staticmethod

@@ -33,12 +33,30 @@ def shared_kv_cache_layers(vllm_config: Any) -> dict[str, str]:
     return dict(get_shared_kv_cache_layers(vllm_config))
 
 
+def resizable_facts(kv_cache_config: Any, phase: str, committed_num_blocks: int | None) -> dict[str, Any]:
+    """The report's ``resizable`` entry: the reservation of ``kv_cache_config`` (the engine's
+    config the cache was reserved from: its ``num_blocks`` and the bytes of its one backing
+    allocation, as ``ExtensibleKVCache`` reserves them) and, once committed, the blocks kept."""
+    from ..compat.specs import required_bytes
+
+    tensors = [t for t in kv_cache_config.kv_cache_tensors if not getattr(t, "host_resident", False)]
+    return {"phase": phase, "reserved_bytes": required_bytes(tensors),
+            "reserved_num_blocks": kv_cache_config.num_blocks, "committed_num_blocks": committed_num_blocks}
+
+
 class UpstreamV2Adapter(RunnerAdapter):
     target = facts.V2
     built_with_plan = "vllm_checked"  # vLLM's own allocation builds it; the plugin checked the plan first
 
     def replacements(self) -> dict[str, Any]:
         return {"init_kv_cache": self.init_kv_cache, "GPUModelRunner.initialize_kv_cache": self.initialize_kv_cache}
+
+    def patch(self, module: Any) -> bool:
+        """Patch; from vLLM 0.34 ``auto`` patches only the code its cell proved
+        (:func:`~vllm_kv_strategies.compat.upstream.v2_code_mismatch`)."""
+        from ..compat.matrix import Installed
+
+        return self.patch_published(module, facts.v2_code_mismatch(Installed.detect().vllm))
 
     def init_kv_cache(
         self,
@@ -69,7 +87,10 @@ class UpstreamV2Adapter(RunnerAdapter):
         kv_caches = stock(forward_context, kv_cache_config, device, kernel_block_sizes, vllm_config, *args, **kwargs)
         if plan is not None:
             self.inject_test_fault(plan, kv_caches, forward_context)
-        self.report(plan, kv_caches, kv_cache_config, vllm_config, forward_context)
+        # A resizable KV cache (vLLM 0.34: allocate= the reservation's hook): these are the reserved
+        # views; extend_kv_cache binds the committed ones after warm-up (adapters/upstream_extend.py).
+        resizable = resizable_facts(kv_cache_config, "reserved", None) if kwargs.get("allocate") is not None else None
+        self.report(plan, kv_caches, kv_cache_config, vllm_config, forward_context, resizable=resizable)
         return kv_caches
 
     def initialize_kv_cache(self, stock: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:

@@ -11,7 +11,7 @@ from importlib import metadata
 from .ascend_releases import CELL_PINS, OWN_CELL, classify, nearest_cell
 
 #: vLLM releases whose upstream model runners (V1 and V2) are proven against stock.
-UPSTREAM_VLLM_RELEASES: tuple[str, ...] = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
+UPSTREAM_VLLM_RELEASES: tuple[str, ...] = ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 #: (vLLM, vllm-ascend) release pairs with a cell whose NPUModelRunner is proven
 #: against stock; the exact vllm-ascend version each cell pins, and every other
 #: release ``auto`` patches, are in :mod:`.ascend_releases`.

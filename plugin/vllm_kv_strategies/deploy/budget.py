@@ -14,7 +14,10 @@ otherwise an estimate, every term shown:
 * overhead: activations at ``--max-num-batched-tokens``, CUDA / ACL graphs,
   the runtime's own memory. vLLM measures these by profiling a forward pass;
   plan does not run one and subtracts a stated constant (``--overhead-gib``,
-  default :data:`DEFAULT_OVERHEAD_GIB`).
+  default :data:`DEFAULT_OVERHEAD_GIB`);
+* margin (vLLM 0.34's resizable KV cache, sized after warm-up): the floor of
+  what vLLM keeps free (:data:`RESIZABLE_MARGIN_FLOOR`); the utilisation a user
+  does not give is then 0.34's default for that mode.
 """
 
 from __future__ import annotations
@@ -105,18 +108,38 @@ def checkpoint_bytes(model_dir: str) -> int | None:
         return None
 
 
-def estimate(memory: tuple[int, str], utilisation: float, weights: tuple[int, str], overhead_gib: float) -> Budget:
-    """memory x utilisation - weights - overhead (see the module doc)."""
+#: vLLM 0.34's resizable KV cache (sized after warm-up): the least it keeps free beyond the
+#: KV cache, ``KV_CACHE_MARGIN_FLOOR_BYTES`` of ``vllm/v1/worker/extensible_kv_cache.py`` on CUDA
+#: (3 GiB on ROCm); the margin is the larger of it and 0.75 x the transient peak measured at warm-up.
+RESIZABLE_MARGIN_FLOOR = GIB
+#: vLLM 0.34's ``gpu_memory_utilization`` when none is given (``CacheConfig.resolved_gpu_memory_utilization``).
+RESIZABLE_UTILISATION, FIXED_UTILISATION = 1.0, 0.92
+
+
+def estimate(memory: tuple[int, str], utilisation: float | None, weights: tuple[int, str], overhead_gib: float,
+             resizable: bool = False) -> Budget:
+    """memory x utilisation - weights - overhead (see the module doc); for vLLM 0.34's resizable
+    KV cache (``resizable``) also - margin, and a utilisation not given is 0.34's default."""
     total, source = memory
     weight_bytes, weight_source = weights
     overhead = int(overhead_gib * GIB)
-    budget = int(total * utilisation) - weight_bytes - overhead
-    return Budget(budget, False, [
+    if utilisation is None:  # vLLM 0.34: None resolves by the sizing mode
+        utilisation = RESIZABLE_UTILISATION if resizable else FIXED_UTILISATION
+        given = (f"vLLM 0.34's default with{'' if resizable else 'out'} the resizable KV cache "
+                 f"({RESIZABLE_UTILISATION:.2f} with it, {FIXED_UTILISATION:.2f} without)")
+    else:
+        given = f"--gpu-memory-utilization {utilisation:g}"
+    terms = [
         ("device memory", total, source),
-        ("utilisation", round(utilisation * 1000), f"--gpu-memory-utilization {utilisation:g}"),
+        ("utilisation", round(utilisation * 1000), given),
         ("weights", weight_bytes, weight_source),
         ("overhead", overhead, f"activations, graphs, runtime: not computed, assumed {overhead_gib:g} GiB (--overhead-gib)"),
-    ])
+    ]
+    if resizable:
+        terms.append(("margin", RESIZABLE_MARGIN_FLOOR, "resizable KV cache (vLLM 0.34, CUDA): vLLM keeps max(1 GiB, "
+                      "0.75 x the transient peak it measures at warm-up) free; the floor, an estimate (3 GiB on ROCm)"))
+    budget = int(total * utilisation) - sum(value for name, value, _ in terms[2:])
+    return Budget(budget, False, terms)
 
 
 def online_quantization(vllm_config) -> str | None:

@@ -189,7 +189,8 @@ def _run(argv: list[str]) -> int:
     args.offload_gib, args.cpu_offload_gb = getattr(args, "cpu_offload_gb", 0) or 0, 0  # not on meta: the estimate subtracts it
     budget_for = budget_source(args)
     try:
-        vllm_config = predict.engine_config(EngineArgs.from_cli_args(args))
+        platform_notes: list[str] = []
+        vllm_config = predict.engine_config(EngineArgs.from_cli_args(args), platform_notes)
     except Exception as exc:  # vLLM's own validation of the arguments and the config
         raise BadInput(_rejection(exc)) from None
     problem = model.pipeline_problem(vllm_config, _one_line)
@@ -211,7 +212,7 @@ def _run(argv: list[str]) -> int:
         raise BadInput(f"cannot plan: vLLM could not build {args.model_dir} on the meta device for these arguments "
                        f"({type(exc).__name__}: {_one_line(exc)})") from None
     prediction.seconds = time.monotonic() - start
-    prediction.notes = notes(args, prediction)
+    prediction.notes = [*platform_notes, *notes(args, prediction)]
     print(render.table(prediction, args.model_dir))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
@@ -262,7 +263,10 @@ def budget_source(args):
         weights = budget.weights_per_rank(args.model_dir, p.tensor_parallel_size * p.pipeline_parallel_size, meta_bytes,
                                           args.offload_gib, budget.online_quantization(vllm_config))
         memory = budget.device_memory(args.device, args.device_memory_gib)
-        return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib)
+        # vLLM 0.34 sizes the KV cache after warm-up on CUDA / ROCm unless told not to
+        resizable = hasattr(cache, "resolved_gpu_memory_utilization") and getattr(
+            args, "enable_extensible_kv_cache", None) is not False and cache.num_gpu_blocks_override is None
+        return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib, resizable)
 
     return source
 

@@ -172,10 +172,19 @@ def pipeline_problem(vllm_config, one_line=str) -> str | None:
 def collect_specs(vllm_config) -> tuple[dict[str, Any], dict[str, str]]:
     """``(specs, shared)`` of the model in ``vllm_config``'s static forward
     context, by V1's own ``GPUModelRunner.get_kv_cache_spec`` on a runner
-    holding only what it reads."""
+    holding only what it reads; where V1 is gone (vLLM 0.34), by V2's
+    ``get_kv_cache_spec`` / ``get_shared_kv_cache_layers`` (``gpu/attn_utils.py``),
+    which V2's runner calls (it also marks a draft model at DCP 1 under a DCP target
+    unsharded, which this does not)."""
     from vllm.config import set_current_vllm_config
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ModuleNotFoundError:  # vLLM 0.34+: Model Runner V2 only
+        from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec, get_shared_kv_cache_layers
+
+        with set_current_vllm_config(vllm_config):
+            return get_kv_cache_spec(vllm_config), dict(get_shared_kv_cache_layers(vllm_config))
     runner = GPUModelRunner.__new__(GPUModelRunner)
     runner.vllm_config, runner.shared_kv_cache_layers = vllm_config, {}
     with set_current_vllm_config(vllm_config):
@@ -213,8 +222,8 @@ def build_stage(vllm_config, pp_rank: int, collect=collect_specs) -> tuple[dict[
     element size, in the dtypes vLLM creates them), the model built by
     ``initialize_model`` on the meta device, and its static forward context
     (layer name -> module). ``collect(vllm_config) -> (specs, shared)`` runs
-    while the stage's layers are in the forward context (default: V1's
-    :func:`collect_specs`)."""
+    while the stage's layers are in the forward context (default:
+    :func:`collect_specs`, V1's or V2's)."""
     from vllm.model_executor.model_loader.utils import initialize_model
 
     set_default_torch_dtype = _set_default_torch_dtype()

@@ -66,9 +66,13 @@ class Prediction:
         return self.workers[0].num_blocks if self.workers else None
 
 
-def engine_config(engine_args):
-    """``engine_args.create_engine_config()`` with vLLM's model inspection in this process."""
-    with deploy_model.inspect_models_in_process():
+def engine_config(engine_args, notes: list[str] | None = None):
+    """``engine_args.create_engine_config()`` with vLLM's model inspection in this process (and,
+    on vLLM 0.34's CPU platform without triton-cpu, past its Triton check, said in ``notes``:
+    :func:`~vllm_kv_strategies.compat.runners.config_without_triton`)."""
+    from ..compat.runners import config_without_triton
+
+    with deploy_model.inspect_models_in_process(), config_without_triton(notes if notes is not None else []):
         return engine_args.create_engine_config()
 
 
@@ -93,6 +97,7 @@ def worker_specs(vllm_config, progress=None, collect=deploy_model.collect_specs)
 def resolve_layout(vllm_config, per_worker: list[dict]) -> None:
     """The KV cache layout as ``EngineCore._initialize_kv_caches`` resolves it
     and its workers' ``set_kv_cache_layout`` record it."""
+    import inspect
     from types import SimpleNamespace
 
     from vllm.config import set_current_vllm_config
@@ -107,7 +112,10 @@ def resolve_layout(vllm_config, per_worker: list[dict]) -> None:
     with set_current_vllm_config(vllm_config):
         supported = [WorkerBase.get_supported_kv_cache_layouts(worker)] * len(per_worker)
         layout = resolve_kv_cache_layout(vllm_config, supported, [s for specs in per_worker for s in specs.values()])
-        WorkerBase.set_kv_cache_layout(worker, layout.name)
+        interleave = ()  # vLLM 0.34 passes the CP interleave size with the layout (after adjusting it for DCP)
+        if "cp_kv_cache_interleave_size" in inspect.signature(WorkerBase.set_kv_cache_layout).parameters:
+            interleave = (vllm_config.parallel_config.cp_kv_cache_interleave_size,)
+        WorkerBase.set_kv_cache_layout(worker, layout.name, *interleave)
 
 
 def worker_budget(vllm_config, kv_cache_memory_bytes: int) -> int:
@@ -130,6 +138,7 @@ def plan_budget(vllm_config, per_worker: list[dict], budget: int | list[int]) ->
     ``budget`` bytes per worker (one for all, or a list); its ``ValueError``
     (not enough memory, no blocks, ...) is the refusal."""
     import copy
+    import inspect
 
     from vllm.config import set_current_vllm_config
 
@@ -144,7 +153,10 @@ def plan_budget(vllm_config, per_worker: list[dict], budget: int | list[int]) ->
             register_all_kvcache_specs(vllm_config)
         try:
             budgets = budget if isinstance(budget, list) else [budget] * len(specs)
-            configs = get_kv_cache_configs(vllm_config, specs, budgets)
+            extra = ()  # vLLM 0.34: the whole model's groups, made first as EngineCore._initialize_kv_caches does
+            if "global_kv_cache_groups" in inspect.signature(get_kv_cache_configs).parameters:
+                extra = (planner_function("get_global_kv_cache_groups")(vllm_config, specs),)
+            configs = get_kv_cache_configs(vllm_config, specs, budgets, *extra)
         except ValueError as exc:
             return [], str(exc)
     for config in configs:

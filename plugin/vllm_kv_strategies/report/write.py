@@ -63,6 +63,7 @@ def build_report(
     fallback_reason: str | None = None,
     vllm_config: Any = None,
     modules: Any = None,
+    resizable: dict | None = None,
 ) -> dict:
     """The JSON-able report (schema 3) of ``kv_caches``.
 
@@ -95,6 +96,10 @@ def build_report(
         modules: layer -> attention module (the runner's
             ``static_forward_context``): each layer's own window
             (:func:`~.specs.own_spec`).
+        resizable: for a resizable KV cache (vLLM 0.34), which views these are:
+            ``phase`` ``reserved`` (bound over the reservation at initialisation) or
+            ``committed`` (bound by ``extend_kv_cache`` after warm-up), ``reserved_bytes``,
+            ``reserved_num_blocks`` and ``committed_num_blocks``; the report's ``resizable`` key.
 
     Raises:
         ValueError: neither ``plan`` nor ``kv_cache_config`` given, or an
@@ -232,6 +237,7 @@ def build_report(
         "totals": summary.totals(),
         "layers": layers,
         "buffers": [{"id": b["id"], "bytes": b["bytes"], "layers": b["layers"]} for b in storages.values()],
+        **({"resizable": dict(resizable)} if resizable else {}),
     }
 
 
@@ -248,6 +254,7 @@ def log_summary(
     fallback_reason: str | None = None,
     vllm_config: Any = None,
     modules: Any = None,
+    resizable: dict | None = None,
 ) -> KVCacheSummary | None:
     """Log the summary line; write the report when ``KV_STRATEGIES_REPORT`` is set.
 
@@ -259,13 +266,17 @@ def log_summary(
     try:
         report = build_report(plan, kv_caches, kv_cache_config=kv_cache_config, mode=mode, model=model, runner=runner,
                               parallel_config=parallel_config, built_by=built_by, fallback_reason=fallback_reason,
-                              vllm_config=vllm_config, modules=modules)
+                              vllm_config=vllm_config, modules=modules, resizable=resizable)
         summary = KVCacheSummary(**report["totals"])
     except Exception as exc:
         built = "stock built" if plan is None else "the strategies built"
         logger.warning("%s could not describe the KV cache %s: %r", PREFIX, built, exc)
         return None
     logger.info("%s", summary.line(report["built_by"], report["fallback_reason"]))
+    if resizable:
+        logger.info("%s rank %d: resizable KV cache, %s views: %s bytes reserved for %s blocks; %s blocks committed",
+                    PREFIX, summary.rank, resizable.get("phase"), resizable.get("reserved_bytes"),
+                    resizable.get("reserved_num_blocks"), resizable.get("committed_num_blocks"))
     directory = envs.KV_STRATEGIES_REPORT
     if directory:
         try:

@@ -1,0 +1,36 @@
+"""``plan``'s estimated budget (``deploy/budget.py``) with vLLM 0.34's resizable KV cache: the
+utilisation a user does not give is 0.34's default for the sizing mode, and the margin vLLM keeps
+free is a labelled term; without it the estimate is as before. Pure arithmetic on stated terms."""
+
+from __future__ import annotations
+
+from vllm_kv_strategies.deploy import budget
+
+GIB = 2**30
+MEMORY = (80 * GIB, "--device-memory-gib 80")
+WEIGHTS = (30 * GIB, "weights")
+
+
+def test_resizable_default_utilisation_and_margin_are_terms_of_the_estimate():
+    b = budget.estimate(MEMORY, None, WEIGHTS, 2.0, resizable=True)
+    assert b.bytes == 80 * GIB - 30 * GIB - 2 * GIB - GIB
+    assert not b.exact
+    assert [(n, v) for n, v, _ in b.terms] == [
+        ("device memory", 80 * GIB), ("utilisation", 1000), ("weights", 30 * GIB), ("overhead", 2 * GIB), ("margin", GIB)]
+    lines = b.lines()
+    assert lines[0] == f"budget: ESTIMATE {b.bytes:,} bytes per worker (47.000 GiB) ="
+    assert "vLLM 0.34's default with the resizable KV cache (1.00 with it, 0.92 without)" in lines[2]
+    assert lines[5].startswith("  - margin        1,073,741,824 bytes (1.00 GiB)")
+    assert "the floor, an estimate" in lines[5]
+
+
+def test_without_the_resizable_cache_the_default_is_0_92_and_no_margin():
+    b = budget.estimate(MEMORY, None, WEIGHTS, 2.0, resizable=False)
+    assert b.bytes == int(80 * GIB * 0.92) - 32 * GIB
+    assert [n for n, _, _ in b.terms] == ["device memory", "utilisation", "weights", "overhead"]
+
+
+def test_a_given_utilisation_is_used_and_named():
+    b = budget.estimate(MEMORY, 0.9, WEIGHTS, 2.0, resizable=True)
+    assert b.bytes == int(80 * GIB * 0.9) - 33 * GIB
+    assert b.terms[1] == ("utilisation", 900, "--gpu-memory-utilization 0.9")
