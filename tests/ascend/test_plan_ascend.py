@@ -1,7 +1,8 @@
 """``plan`` where vllm-ascend is installed: each side planned and built by its own code.
 
-``tests/ascend/plan_stubbed.py`` runs the command in a process of its own with the NPU modules
-stubbed (on an Ascend host ``torch_npu`` is real). Each side's config comes from the cell's own
+The command runs as users run it (``python -m vllm_kv_strategies plan``), in a process of its own:
+where ``torch_npu`` is missing plan stands in for the NPU modules itself, for planning only, and says
+so in one line (on an Ascend host ``torch_npu`` is real). Each side's config comes from the cell's own
 engine config, ``NPUModelRunner.get_kv_cache_spec`` and planner; its bytes are the storages its
 own ``initialize_kv_cache`` bound on the meta device. The numbers asserted are computed here
 from the published configs (``tests/deploy/configs``), not read back from plan.
@@ -27,7 +28,7 @@ RELEASE = tuple(int(x) for x in ASCEND_RELEASE.split(".")[:2])
 def plan(tmp_path, model: str, *args: str) -> tuple[subprocess.CompletedProcess, dict | None]:
     out = tmp_path / "plan.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "plugin"), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, str(HERE / "plan_stubbed.py"), str(CONFIGS / model), *args, "--json", str(out)],
+    result = subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "plan", str(CONFIGS / model), *args, "--json", str(out)],
                             capture_output=True, text=True, timeout=300, env=env)
     return result, json.loads(out.read_text()) if out.exists() else None
 
@@ -263,7 +264,11 @@ def test_arguments_the_plan_does_not_follow_are_noted(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert data["num_blocks"] == 1_000_000_000 // (28 * 2 * 128 * 8 * 128 * 2) == 68
     assert ("\nnote: --block-size 16 given; the blocks planned are of 128 tokens, as vLLM's platform sets them for "
-            "this model\nnote: --device a3 is not used: the budget given is exact\n") in result.stdout
+            "this model\nnote: --device a3 sets the platform only: the budget given is exact\n") in result.stdout
+    assert result.stdout.splitlines()[1] == ("platform: npu (--device a3: Ascend 910C / Atlas A3, one die of 64 GB; "
+                                             "the platform installed here too)")
+    assert "note: stand-ins for planning only, on the meta device (not installed or not loadable here; nothing of " \
+           "them runs): torch_npu, acl, " in result.stdout
 
 
 def test_stages_beyond_the_layers_are_bad_input(tmp_path):

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from .errors import BadInput, _described, _one_line, _rejection
+
 DESCRIPTION = (
     "How much KV cache a deployment gets, before anything starts: the model in MODEL_DIR (config.json "
     "alone suffices: no weights, no tokenizer, no network) is built on the meta device and planned by the "
@@ -36,10 +38,6 @@ EPILOG = (
 )
 
 
-class BadInput(Exception):
-    """A problem with the command's input: one line, exit 2."""
-
-
 def _progress(message: str) -> None:
     print(f"plan: {message} ...", file=sys.stderr, flush=True)
 
@@ -50,8 +48,14 @@ def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     group = parser.add_argument_group("plan", "this command's own options (the others are vLLM's engine arguments)")
     group.add_argument("model_dir", metavar="MODEL_DIR", help="a local model directory with a config.json")
     group.add_argument("--json", dest="json_out", metavar="OUT", help="also write the plan as JSON to OUT")
-    group.add_argument("--device", choices=sorted(DEVICES), help="estimate the budget for this card's memory "
-                       "(" + "; ".join(f"{k}: {v[1]}, {v[0]:.2f} GiB" for k, v in sorted(DEVICES.items())) + ")")
+    group.add_argument("--device", choices=sorted(DEVICES), type=str.lower, metavar="NAME",
+                       help="plan for this card: its vLLM platform (block sizes, attention backends) and, without "
+                       "--kv-cache-memory-bytes, a budget estimated from its memory; case-insensitive (" +
+                       "; ".join(f"{k}: {c.what}, {c.platform}, {c.gib:.2f} GiB" for k, c in sorted(DEVICES.items())) + ")")
+    group.add_argument("--sweep", action="append", metavar="ARG=V1,V2,...", help="plan every combination of the "
+                       "values of these engine arguments (repeatable: tensor-parallel-size=1,2,4,8) and print one table")
+    group.add_argument("--plot", metavar="FILE.png", help="with --sweep: draw tokens and maximum concurrency against "
+                       "the swept values (needs matplotlib)")
     group.add_argument("--device-memory-gib", type=float, metavar="GIB", help="estimate the budget for a device of GIB GiB")
     group.add_argument("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, metavar="GIB",
                        help="what the estimate subtracts for activations, graphs and the runtime (not computed)")
@@ -77,7 +81,10 @@ def check_model_dir(path: str) -> dict:
     if not isinstance(config, dict):
         raise BadInput(f"{config_file}: holds a JSON {type(config).__name__}, not the object of a model's configuration")
     archs = config.get("architectures")
-    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+    if archs is None:
+        raise BadInput(f"{config_file}: has no \"architectures\" (the model's class, e.g. [\"LlamaForCausalLM\"]); "
+                       "vLLM would otherwise take transformers' default for its model_type, not this model")
+    if not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         raise BadInput(f"{config_file}: \"architectures\" is {json.dumps(archs)[:80]}, not a list of class names "
                        "(e.g. [\"LlamaForCausalLM\"])")
     if config.get("auto_map") and not _known_model_type(config.get("model_type")):
@@ -103,10 +110,12 @@ def check_outputs(args) -> None:
     """:class:`BadInput` for a ``--json`` path that cannot be written, a budget
     or device memory that is not a positive number, or an overhead below zero,
     before anything is planned."""
-    if args.json_out:
-        out = Path(args.json_out)
-        if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
-            raise BadInput(f"--json {args.json_out}: cannot write a file there")
+    for flag, path in (("--json", args.json_out), ("--plot", args.plot)):
+        out = Path(path or ".")
+        if path and (out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK)):
+            raise BadInput(f"{flag} {path}: cannot write a file there")
+    if args.plot and not args.sweep:
+        raise BadInput(f"--plot {args.plot}: draws a sweep; give --sweep ARG=V1,V2,... too")
     for name, zero_allowed in (("kv_cache_memory_bytes", False), ("device_memory_gib", False), ("overhead_gib", True)):
         value = getattr(args, name, None)
         if value is None:
@@ -118,11 +127,11 @@ def check_outputs(args) -> None:
 
 
 def on_ascend() -> bool:
-    """Whether vllm-ascend is installed: then each side, stock and the plugin,
+    """Whether the platform planned is vllm-ascend's: then each side, stock and the plugin,
     is planned and built by its own code (:mod:`.ascend`)."""
-    from ..compat import Installed
+    from vllm.platforms import current_platform
 
-    return Installed.detect().platform == "ascend"
+    return current_platform.device_type == "npu"
 
 
 def check_architecture(config: dict) -> None:
@@ -169,24 +178,54 @@ def run(argv: list[str]) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    start = time.monotonic()
+    start, device, config = time.monotonic(), None, None
     if not any(a == "-h" or a.startswith("--help") for a in argv):
         known, _ = own_arguments(argparse.ArgumentParser(add_help=False, prog="python -m vllm_kv_strategies plan")).parse_known_args(argv)
-        config = check_model_dir(known.model_dir)
+        config, device = check_model_dir(known.model_dir), known.device
+    from . import platforms
+
+    platforms.prepare(device, config)  # before vLLM is imported: which platform plugins it may load
     _progress("importing vLLM (10-30 s on a CPU)")
     try:
+        platform_line = platforms.use(device)
         parser = engine_parser()
     except Exception as exc:  # vLLM or its platform plugin cannot load here
         raise BadInput(f"cannot import vLLM's engine arguments here: {type(exc).__name__}: {_one_line(exc)}") from None
-    args = parser.parse_args(argv)
-    check_outputs(args)
+    args = parse(parser, argv)
     check_architecture(config)
-    from vllm.engine.arg_utils import EngineArgs
+    if args.sweep:
+        from .sweep import sweep
 
-    from . import model, predict, render
+        return sweep(parser, argv, args, lambda combo_args: plan_once(combo_args, platform_line), _progress)
+    prediction = plan_once(args, platform_line)
+    prediction.seconds = time.monotonic() - start
+    from . import render
 
+    print(render.table(prediction, args.model_dir))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
+    plugin_side = prediction.ascend and prediction.ascend["plugin"]
+    refused = prediction.refusal or (plugin_side and plugin_side.build_error and not plugin_side.not_planned)
+    return 1 if refused else 0
+
+
+def parse(parser, argv: list[str]):
+    """The arguments, checked (:func:`check_outputs`), as vLLM's ``EngineArgs`` reads them for plan."""
+    args = parser.parse_args(argv)
+    args.argv = argv
+    check_outputs(args)
     args.model, args.skip_tokenizer_init = args.model_dir, True
     args.offload_gib, args.cpu_offload_gb = getattr(args, "cpu_offload_gb", 0) or 0, 0  # not on meta: the estimate subtracts it
+    return args
+
+
+def plan_once(args, platform_line: str = ""):
+    """The :class:`~.predict.Prediction` for ``args`` (:func:`parse`'s); :class:`BadInput` for a
+    configuration vLLM will not make or a model it cannot build."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    from . import model, predict, standins
+
     budget_for = budget_source(args)
     try:
         vllm_config = predict.engine_config(EngineArgs.from_cli_args(args))
@@ -209,15 +248,10 @@ def _run(argv: list[str]) -> int:
         raise
     except Exception as exc:  # vLLM fails to build the model without weights (e.g. on data it computes at build)
         raise BadInput(f"cannot plan: vLLM could not build {args.model_dir} on the meta device for these arguments "
-                       f"({type(exc).__name__}: {_one_line(exc)})") from None
-    prediction.seconds = time.monotonic() - start
-    prediction.notes = notes(args, prediction)
-    print(render.table(prediction, args.model_dir))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
-    plugin_side = prediction.ascend and prediction.ascend["plugin"]
-    refused = prediction.refusal or (plugin_side and plugin_side.build_error and not plugin_side.not_planned)
-    return 1 if refused else 0
+                       f"({_described(exc)})") from None
+    prediction.platform = platform_line
+    prediction.notes = notes(args, prediction) + [line for line in [standins.line()] if line]
+    return prediction
 
 
 def notes(args, prediction) -> list[str]:
@@ -240,7 +274,7 @@ def notes(args, prediction) -> list[str]:
                        f"{weights:,} bytes of weights on the largest rank exceed its {memory:,} bytes; vLLM would run "
                        "out of memory at KV cache initialisation there")
         else:
-            out.append(f"{given} is not used: the budget given is exact")
+            out.append(f"{given} {'sets the platform only' if args.device else 'is not used'}: the budget given is exact")
     return out
 
 
@@ -262,44 +296,7 @@ def budget_source(args):
         weights = budget.weights_per_rank(args.model_dir, p.tensor_parallel_size * p.pipeline_parallel_size, meta_bytes,
                                           args.offload_gib, budget.online_quantization(vllm_config))
         memory = budget.device_memory(args.device, args.device_memory_gib)
-        return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib)
+        given = any(a.split("=")[0] in ("--gpu-memory-utilization", "--gpu_memory_utilization") for a in args.argv)
+        return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib, given)
 
     return source
-
-
-def _rejection(exc: BaseException) -> str:
-    """One line for an engine config vLLM (or its platform) would not make:
-    its words, where an assertion without words failed (pydantic wraps one
-    raised in ``VllmConfig.__post_init__``), a module the arguments need that
-    is not installed here, or vLLM's swap space check of this machine's memory."""
-    inner = _wrapped(exc)
-    if isinstance(inner, ImportError):
-        return (f"the configuration needs {inner.name or 'a module'}, which is not installed here ({type(inner).__name__}: "
-                f"{_one_line(inner)}); plan in the environment that serves, or install it")
-    if isinstance(inner, AssertionError) and not str(inner).strip() and inner.__traceback__ is not None:
-        import traceback
-
-        frame = traceback.extract_tb(inner.__traceback__)[-1]
-        where = "/".join(Path(frame.filename).parts[-2:])
-        return f"vLLM rejects the configuration: assertion failed in {frame.name} ({where}:{frame.lineno}): {frame.line}"
-    message = f"vLLM rejects the configuration: {type(exc).__name__}: {_one_line(exc)}"
-    if "swap space" in str(exc):  # CacheConfig.verify_with_parallel_config (vLLM before 0.18)
-        message += (" (vLLM checks --swap-space GiB x the tensor parallel size against THIS machine's memory; "
-                    "vLLM V1 does not use the swap space: pass --swap-space 0 to plan here)")
-    return message
-
-
-def _wrapped(exc: BaseException) -> BaseException:
-    """The error a pydantic ``ValidationError`` wraps (its first error's
-    ``ctx["error"]``), else ``exc``."""
-    errors = getattr(exc, "errors", None)
-    try:
-        inner = errors()[0].get("ctx", {}).get("error") if callable(errors) else None
-    except Exception:  # not pydantic's
-        inner = None
-    return inner if isinstance(inner, BaseException) else exc
-
-
-def _one_line(exc: BaseException | str) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and "errors.pydantic.dev" not in line]
-    return " ".join(lines)[:400]

@@ -60,6 +60,8 @@ class Prediction:
     seconds: float = 0.0
     #: lines for the headline: arguments given that the plan does not follow (:func:`.cli.notes`)
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: which vLLM platform was planned, and why (:func:`.platforms.use`)
+    platform: str = ""
 
     @property
     def num_blocks(self) -> int | None:

@@ -1,0 +1,85 @@
+"""``plan --device NAME`` plans for the card's vLLM platform from this CPU
+machine: vLLM's own platform class for the card (CUDA: a ``CudaPlatformBase``
+with the card's compute capability) picks the block size and the attention
+backends, the kernels it imports stood in. A platform is process-wide, so the
+card's plan runs in a process of its own.
+
+Gemma-3-27B (text, published config), 62 layers of 16 KV heads x 128 in
+bfloat16, sliding window 1024 on five layers of six: vLLM's hybrid manager
+makes seven groups (six sliding-window groups of 9, 9, 9, 9, 8, 8 layers, one
+full-attention group of 10); each KV cache tensor is shared by one layer of
+each group, so num_blocks = budget // (10 x page bytes). A page is block x 2
+(K, V) x 16 x 128 x 2 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllm_kv_strategies.deploy import cli
+from vllm_kv_strategies.deploy.budget import DEVICES
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+BUDGET = 117_961_276_784  # the public ROCm log's "Available KV cache memory" for Gemma-3-27B, in bytes
+PLUGIN = Path(cli.__file__).resolve().parents[2]
+
+
+def page(block: int) -> int:
+    return block * 2 * 16 * 128 * 2
+
+
+def run_plan(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict | None]:
+    out = tmp_path / "plan.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "plan", *args, "--json", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    return done, json.loads(out.read_text()) if out.exists() else None
+
+
+def test_gpu_card_plans_cuda_blocks_from_the_cpu_build(tmp_path):
+    """--device H100-80G (any case): CUDA's attention backends take the 16-token
+    block asked for; the CPU build alone would plan 32 (next test)."""
+    done, data = run_plan(tmp_path, str(CONFIGS / "gemma-3-27b"), "--block-size", "16",
+                          "--kv-cache-memory-bytes", str(BUDGET), "--device", "H100-80G")
+    assert done.returncode == 0, done.stderr
+    assert BUDGET // (10 * page(16)) == 89_997
+    assert data["num_blocks"] == 89_997 and data["device"] == "cuda"
+    assert data["platform"].startswith("platform: cuda (--device h100-80g: NVIDIA H100 80GB, compute capability 9.0)")
+    groups = data["ranks"][0]["groups"]
+    assert sorted(len(g["layers"]) for g in groups) == [8, 8, 9, 9, 9, 9, 10]
+    assert {g["block_size"] for g in groups} == {16}
+    assert "note: stand-ins for planning only, on the meta device" in done.stdout
+    assert "--block-size 16 given" not in done.stdout  # the plan follows it
+
+
+def test_no_card_plans_the_installed_cpu_platform(tmp_path, capsys):
+    """Without a card the installed platform plans (vLLM's CPU backend: 32-token
+    multiples), and the output says so."""
+    out = tmp_path / "plan.json"
+    code = cli.run([str(CONFIGS / "gemma-3-27b"), "--block-size", "16", "--kv-cache-memory-bytes", str(BUDGET),
+                    "--json", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert BUDGET // (10 * page(32)) == 44_998
+    assert data["num_blocks"] == 44_998
+    assert data["platform"].startswith("platform: cpu (vLLM's platform in this environment")
+    assert "--block-size 16 given; the blocks planned are of 32 tokens" in text
+
+
+@pytest.mark.parametrize("name, platform, gib", [
+    ("H200", "cuda", 143771 / 1024), ("h20", "cuda", 97871 / 1024), ("L20", "cuda", 46068 / 1024),
+    ("A10", "cuda", 23028 / 1024), ("B200", "cuda", 183359 / 1024), ("MI300X", "rocm", 191.98),
+    ("910B-32G", "npu", 29.49)])
+def test_cards_named_in_any_case(name, platform, gib):
+    parser = cli.own_arguments(argparse.ArgumentParser(add_help=False))
+    device = parser.parse_known_args(["model", "--device", name])[0].device
+    assert device == name.lower()
+    assert (DEVICES[device].platform, DEVICES[device].gib) == (platform, gib)
