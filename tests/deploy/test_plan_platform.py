@@ -83,3 +83,23 @@ def test_cards_named_in_any_case(name, platform, gib):
     device = parser.parse_known_args(["model", "--device", name])[0].device
     assert device == name.lower()
     assert (DEVICES[device].platform, DEVICES[device].gib) == (platform, gib)
+
+
+def test_multimodal_model_plans_without_torchvision(tmp_path):
+    """Qwen3-VL-8B (config written from the published one's values: 36 text layers of 8 KV
+    heads x 128, bfloat16): its processors import torchvision, which its KV cache does not
+    depend on; where torchvision is missing plan stands in for it and says so. A page is
+    128 x 2 x 8 x 128 x 2 = 524,288 bytes; 10,000,000,000 // (36 x 524,288) = 529 blocks."""
+    import importlib.util
+
+    done, data = run_plan(tmp_path, str(CONFIGS / "qwen3-vl-8b"), "--kv-cache-memory-bytes", "10000000000",
+                          "--max-model-len", "32768")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert data["architectures"] == ["Qwen3VLForConditionalGeneration"]
+    (rank,) = data["ranks"]
+    (group,) = rank["groups"]
+    assert (len(group["layers"]), group["specs"][0]["page_size_bytes"]) == (36, 524_288)
+    assert data["num_blocks"] == 10_000_000_000 // (36 * 524_288) == 529
+    assert data["tokens"] == 529 * 128
+    stood_in = "nothing of them runs): torchvision" in done.stdout
+    assert stood_in == (importlib.util.find_spec("torchvision") is None)
