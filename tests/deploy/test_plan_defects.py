@@ -90,3 +90,31 @@ def test_data_parallel_totals_beside_each_engine(tmp_path, capsys):
     assert "= 2 workers per engine x data parallel 2 = 4 workers (each engine plans alike)" in out
     assert (f"  that is per engine; the deployment's 2 engines together: {2 * blocks * 128:,} tokens, "
             f"{2 * data['max_concurrency']:.2f}x concurrency") in out
+
+
+def test_per_stage_budgets_and_the_limiting_stage(tmp_path, capsys):
+    """PP 2, four layers a stage, a page of 128 x 2 x 2 x 64 x 2 = 65,536 bytes per layer: exact
+    budgets of 64 MiB and 32 MiB per stage hold 256 and 128 blocks; vLLM gives every worker
+    the smaller count, so stage 1 limits num_blocks."""
+    code, out, err, data = plan(capsys, llama(tmp_path), "--stage-budgets", f"{2**26},{2**25}", "--max-model-len",
+                                MAX_MODEL_LEN, "--pipeline-parallel-size", 2)
+    assert code == 0, err
+    block = 4 * 65_536
+    assert data["num_blocks"] == 2**25 // block == 128
+    assert [(s["stage"], s["budget_bytes"], s["blocks_alone"], s["limits"]) for s in data["stages"]] == [
+        (0, 2**26, 256, False), (1, 2**25, 128, True)]
+    assert f"stage 1: budget {2**25:,} bytes per worker, holds 128 blocks alone  <- limits num_blocks" in out
+
+
+def test_estimate_per_stage_subtracts_each_stages_weights(tmp_path, capsys):
+    """The estimate's weights term per stage: stage 0 holds the embedding, stage 1 the final norm
+    and the LM head (512 x 256 each, bfloat16), so their budgets differ by the norm's 512 bytes."""
+    code, out, err, data = plan(capsys, llama(tmp_path), "--device-memory-gib", 4, "--max-model-len", MAX_MODEL_LEN,
+                                "--pipeline-parallel-size", 2)
+    assert code == 0, err
+    stage0, stage1 = data["stages"]
+    assert stage0["weights_bytes"] - stage1["weights_bytes"] == -256 * 2
+    assert stage0["budget_bytes"] - stage1["budget_bytes"] == 256 * 2
+    assert stage1["limits"] and stage1["blocks_alone"] <= stage0["blocks_alone"]
+    code, out, err, _ = plan(capsys, llama(tmp_path), "--stage-budgets", "1000000", "--pipeline-parallel-size", 2)
+    assert code == 2 and err.splitlines()[-1] == "plan: error: --stage-budgets 1000000: 1 budgets for 2 pipeline stages"

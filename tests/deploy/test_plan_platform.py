@@ -103,3 +103,22 @@ def test_multimodal_model_plans_without_torchvision(tmp_path):
     assert data["tokens"] == 529 * 128
     stood_in = "nothing of them runs): torchvision" in done.stdout
     assert stood_in == (importlib.util.find_spec("torchvision") is None)
+
+
+def test_kimi_linear_plans_for_a_gpu_card(tmp_path):
+    """Kimi-Linear-48B-A3B (config written from the published one's values: 27 layers, MLA on
+    layers 4, 8, ..., 24 and 27 (latent 512 + rope 64), KDA on the other 20) for an H100 from
+    this CPU build: its modules import CUTLASS's Python DSL (``cutlass``), stood in for
+    planning. vLLM's CUDA platform aligns the attention page with the KDA state: 1,920-token
+    blocks, an MLA page of 1,920 x 576 x 2 bytes; four groups of at most 7 layers share each
+    tensor, so num_blocks = budget // (7 x page)."""
+    done, data = run_plan(tmp_path, str(CONFIGS / "kimi-linear-48b-a3b"), "--kv-cache-memory-bytes", "20000000000",
+                          "--max-model-len", "32768", "--device", "h100-80g")
+    assert done.returncode == 0, done.stderr[-2000:]
+    groups = data["ranks"][0]["groups"]
+    assert sorted((g["kind"], len(g["layers"])) for g in groups) == [
+        ("mamba", 6), ("mamba", 7), ("mamba", 7), ("mla_attention", 7)]
+    assert {g["block_size"] for g in groups} == {1920}
+    page = 1920 * (512 + 64) * 2
+    assert data["num_blocks"] == 20_000_000_000 // (7 * page) == 1_291
+    assert "cutlass" in done.stdout.split("nothing of them runs): ")[1].splitlines()[0].split(", ")

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 from pathlib import Path
 
 from .errors import BadInput, _described, _one_line, _rejection
+from .inputs import check_model_dir, check_outputs
 
 DESCRIPTION = (
     "How much KV cache a deployment gets, before anything starts: the model in MODEL_DIR (config.json "
@@ -52,6 +52,9 @@ def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                        help="plan for this card: its vLLM platform (block sizes, attention backends) and, without "
                        "--kv-cache-memory-bytes, a budget estimated from its memory; case-insensitive (" +
                        "; ".join(f"{k}: {c.what}, {c.platform}, {c.gib:.2f} GiB" for k, c in sorted(DEVICES.items())) + ")")
+    group.add_argument("--stage-budgets", metavar="N0,N1,...", type=_byte_list,
+                       help="an exact KV cache budget per worker for each pipeline stage, in bytes (stages carry "
+                       "different weights, so vLLM's workers measure different budgets)")
     group.add_argument("--sweep", action="append", metavar="ARG=V1,V2,...", help="plan every combination of the "
                        "values of these engine arguments (repeatable: tensor-parallel-size=1,2,4,8) and print one table")
     group.add_argument("--plot", metavar="FILE.png", help="with --sweep: draw tokens and maximum concurrency against "
@@ -60,70 +63,6 @@ def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     group.add_argument("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, metavar="GIB",
                        help="what the estimate subtracts for activations, graphs and the runtime (not computed)")
     return parser
-
-
-def check_model_dir(path: str) -> dict:
-    """The directory's ``config.json``; :class:`BadInput` when there is none,
-    it is not a JSON object, its ``architectures`` is not a list of names, or
-    it asks for remote code (``auto_map``: plan runs no code from a model directory)."""
-    directory = Path(path)
-    if directory.is_file():
-        raise BadInput(f"{path}: a file; plan takes the model directory holding config.json ({directory.parent})")
-    if not directory.is_dir():
-        raise BadInput(f"{path}: no such directory (plan takes a local model directory holding config.json)")
-    config_file = directory / "config.json"
-    if not config_file.is_file():
-        raise BadInput(f"{path}: has no config.json")
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"{config_file}: not readable as JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise BadInput(f"{config_file}: holds a JSON {type(config).__name__}, not the object of a model's configuration")
-    archs = config.get("architectures")
-    if archs is None:
-        raise BadInput(f"{config_file}: has no \"architectures\" (the model's class, e.g. [\"LlamaForCausalLM\"]); "
-                       "vLLM would otherwise take transformers' default for its model_type, not this model")
-    if not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
-        raise BadInput(f"{config_file}: \"architectures\" is {json.dumps(archs)[:80]}, not a list of class names "
-                       "(e.g. [\"LlamaForCausalLM\"])")
-    if config.get("auto_map") and not _known_model_type(config.get("model_type")):
-        raise BadInput(f"{config_file}: the model needs remote code (auto_map {sorted(config['auto_map'])}, model_type "
-                       f"{config.get('model_type')!r} unknown to the installed transformers); plan runs no code from a "
-                       "model directory")
-    return config
-
-
-def _known_model_type(model_type: str | None) -> bool:
-    """Whether the installed transformers configures ``model_type`` itself
-    (then a config's ``auto_map``, e.g. DeepSeek-V2's, is not needed and the
-    model is planned without it)."""
-    try:
-        from transformers import CONFIG_MAPPING
-
-        return model_type in CONFIG_MAPPING
-    except Exception:  # transformers unusable here: treat as unknown
-        return False
-
-
-def check_outputs(args) -> None:
-    """:class:`BadInput` for a ``--json`` path that cannot be written, a budget
-    or device memory that is not a positive number, or an overhead below zero,
-    before anything is planned."""
-    for flag, path in (("--json", args.json_out), ("--plot", args.plot)):
-        out = Path(path or ".")
-        if path and (out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK)):
-            raise BadInput(f"{flag} {path}: cannot write a file there")
-    if args.plot and not args.sweep:
-        raise BadInput(f"--plot {args.plot}: draws a sweep; give --sweep ARG=V1,V2,... too")
-    for name, zero_allowed in (("kv_cache_memory_bytes", False), ("device_memory_gib", False), ("overhead_gib", True)):
-        value = getattr(args, name, None)
-        if value is None:
-            continue
-        finite = math.isfinite(value)  # argparse's float() takes "nan" and "inf"
-        if not finite or value < 0 or (value == 0 and not zero_allowed):
-            least = "zero or more" if zero_allowed else "positive"
-            raise BadInput(f"--{name.replace('_', '-')} {value}: must be {least}{'' if finite else ' and finite'}")
 
 
 def on_ascend() -> bool:
@@ -189,6 +128,8 @@ def _run(argv: list[str]) -> int:
     try:
         platform_line = platforms.use(device)
         parser = engine_parser()
+    except BadInput:
+        raise
     except Exception as exc:  # vLLM or its platform plugin cannot load here
         raise BadInput(f"cannot import vLLM's engine arguments here: {type(exc).__name__}: {_one_line(exc)}") from None
     args = parse(parser, argv)
@@ -209,6 +150,16 @@ def _run(argv: list[str]) -> int:
     return 1 if refused else 0
 
 
+def _byte_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole byte counts, one per pipeline stage") from None
+    if any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every budget must be positive")
+    return values
+
+
 def parse(parser, argv: list[str]):
     """The arguments, checked (:func:`check_outputs`), as vLLM's ``EngineArgs`` reads them for plan."""
     args = parser.parse_args(argv)
@@ -221,7 +172,21 @@ def parse(parser, argv: list[str]):
 
 def plan_once(args, platform_line: str = ""):
     """The :class:`~.predict.Prediction` for ``args`` (:func:`parse`'s); :class:`BadInput` for a
-    configuration vLLM will not make or a model it cannot build."""
+    configuration vLLM will not make or a model it cannot build. A package the model's modules
+    import and this machine lacks (a kernel library: ``cutlass``) is stood in and the plan retried."""
+    from . import standins
+
+    while True:
+        try:
+            return _plan_once(args, platform_line)
+        except BadInput as exc:
+            root = exc.__context__ and standins.stand_in_missing(exc.__context__)
+            if not root:
+                raise
+            _progress(f"{root} (imported by the model's modules) is not installed here: stood in for planning, again")
+
+
+def _plan_once(args, platform_line: str):
     from vllm.engine.arg_utils import EngineArgs
 
     from . import model, predict, standins
@@ -234,7 +199,12 @@ def plan_once(args, platform_line: str = ""):
     problem = model.pipeline_problem(vllm_config, _one_line)
     if problem:
         raise BadInput(problem)
-    if vllm_config.cache_config.kv_cache_memory_bytes is None and args.device is None and args.device_memory_gib is None:
+    stages = vllm_config.parallel_config.pipeline_parallel_size
+    if args.stage_budgets and len(args.stage_budgets) != stages:
+        raise BadInput(f"--stage-budgets {','.join(map(str, args.stage_budgets))}: {len(args.stage_budgets)} budgets for "
+                       f"{stages} pipeline stage{'s' if stages != 1 else ''}")
+    if (vllm_config.cache_config.kv_cache_memory_bytes is None and args.device is None and args.device_memory_gib is None
+            and not args.stage_budgets):
         raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
                        "or --device NAME / --device-memory-gib GIB (an estimate)")
     try:
@@ -243,7 +213,8 @@ def plan_once(args, platform_line: str = ""):
 
             prediction = predict_ascend(EngineArgs.from_cli_args(args), budget_for, progress=_progress)
         else:
-            prediction = predict.predict(vllm_config, budget_for, progress=_progress)
+            with standins.building(), model.on_meta(default=False):  # the planned platform's backends, imported
+                prediction = predict.predict(vllm_config, budget_for, progress=_progress, stage_bytes=args.stage_budgets)
     except BadInput:
         raise
     except Exception as exc:  # vLLM fails to build the model without weights (e.g. on data it computes at build)

@@ -31,8 +31,15 @@ def inspect_models_in_process():
 
     from . import standins
 
+    def in_process(fn):
+        try:
+            return fn()
+        except Exception as exc:  # the registry logs it and says "failed to be inspected": keep what was missing
+            standins.record_missing(exc)
+            raise
+
     stock = registry._run_in_subprocess
-    registry._run_in_subprocess = lambda fn: fn()
+    registry._run_in_subprocess = in_process
     try:
         with standins.building():  # the model's module looks up the planned platform's kernels on import
             yield
@@ -234,7 +241,7 @@ def build_stage(vllm_config, pp_rank: int, collect=collect_specs) -> tuple[dict[
     forward_context = vllm_config.compilation_config.static_forward_context
     forward_context.clear()
     model_config = vllm_config.model_config
-    with as_rank(parallel_sizes(vllm_config), {"_PP": pp_rank}), standins.building():
+    with as_rank(parallel_sizes(vllm_config), {"_PP": pp_rank}), standins.building(), on_meta(default=False):
         with set_default_torch_dtype(model_config.dtype), on_meta():
             model = initialize_model(vllm_config=vllm_config, model_config=model_config)
             speculative = vllm_config.speculative_config

@@ -31,7 +31,7 @@ from .budget import DEVICES
 
 #: What each platform's vLLM modules import at module level that another platform's build lacks.
 KERNELS = {
-    "cuda": ("vllm._C_stable_libtorch", "vllm.vllm_flash_attn"),
+    "cuda": ("vllm._C_stable_libtorch", "vllm.vllm_flash_attn", "tilelang", "deep_gemm"),  # DeepSeek-V4: mHC, indexer
     "rocm": ("amdsmi", "vllm._rocm_C", "vllm._C_stable_libtorch"),
 }
 
@@ -88,6 +88,10 @@ def _cuda(card) -> Any:
         def device_count(cls) -> int:
             return NODE_CARDS
 
+        @classmethod
+        def num_compute_units(cls, device_id: int = 0) -> int:
+            return 1  # sizes kernels' workspaces only (e.g. CUTLASS MLA's), never the KV cache
+
     return PlannedCudaPlatform()
 
 
@@ -107,8 +111,14 @@ def _rocm(card) -> Any:
 
 
 def _npu(card) -> Any:
+    import importlib.util
+
+    from .errors import BadInput
     from .npu_standin import npu_platform
 
+    if importlib.util.find_spec("vllm_ascend") is None:
+        raise BadInput("--device for an Ascend card plans with vllm-ascend's platform, and vllm-ascend is not "
+                       "installed here (pip install vllm-ascend, the release matching this vLLM)")
     return npu_platform()
 
 

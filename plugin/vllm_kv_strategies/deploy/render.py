@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._version import __version__
+from .predict import stage_rows
 from ..compat.specs import layer_spec, required_bytes, tensor_layers
 from ..report.plan_file import KIND, PLAN_VERSION
 from ..report.specs import describe_groups, own_spec, spec_kind
@@ -100,7 +101,7 @@ def table(prediction, model_dir: str) -> str:
         for row in group_rows(kv_cache_config, _modules(prediction, worker)):
             lines.append(f"{worker:>4} {pp:>3} {tp:>3} {row['id']:>5} {row['kind']:28} {row['layers']:>6} "
                          f"{row['block_size']:>6} {row['page_bytes']:>12,} {row['num_blocks']:>11,} {row['token_slots']:>12,}")
-    lines.append("")
+    lines += [""] + stage_lines(prediction)
     if prediction.tokens is not None:
         lines.append(f"vLLM would log: KV cache size: {prediction.tokens:,} tokens, Maximum concurrency for "
                      f"{prediction.vllm_config.model_config.max_model_len:,} tokens per request: {prediction.max_concurrency:.2f}x")
@@ -114,6 +115,21 @@ def table(prediction, model_dir: str) -> str:
     lines += ascend_lines(prediction)[1 if lines[-1] == "" else 0:]  # one blank line before the sides
     lines.append(f"planned in {prediction.seconds:.1f} s")
     return "\n".join(lines)
+
+
+def stage_lines(prediction) -> list[str]:
+    """With pipeline stages: each stage's budget per worker and the blocks it alone would hold;
+    the stage with the fewest limits num_blocks (vLLM gives every worker the smallest count)."""
+    rows = stage_rows(prediction)
+    if len(rows) < 2:
+        return []
+    out = []
+    for r in rows:
+        weights = "" if r["exact"] or r["weights_bytes"] is None else f" (estimate: weights {r['weights_bytes']:,} bytes)"
+        alone = f", holds {r['blocks_alone']:,} blocks alone" if r["blocks_alone"] is not None else ""
+        out.append(f"stage {r['stage']}: budget {r['budget_bytes']:,} bytes per worker{weights}{alone}"
+                   + ("  <- limits num_blocks" if r["limits"] else ""))
+    return out + [""]
 
 
 def _beyond(budget, excess: int) -> str:
@@ -232,6 +248,7 @@ def as_json(prediction, model_dir: str) -> dict:
         "tokens": prediction.tokens,
         "max_concurrency": prediction.max_concurrency,
         "deployment": _deployment(prediction),
+        "stages": stage_rows(prediction),
         # on vllm-ascend each side is its own plan: "ascend" below
         "stock_bytes_per_worker": (prediction.ascend["stock"].allocated if prediction.ascend else
                                    [side.stock_bytes for side in prediction.sides]),

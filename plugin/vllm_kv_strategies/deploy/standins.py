@@ -133,9 +133,15 @@ def building():
     saved = {name: torch.ops.__dict__.get(name) for name in _LENIENT}
     for name in _LENIENT:
         torch.ops.__dict__[name] = _LenientOps(getattr(torch.ops, name))
+    # streams and events a model makes when built (DeepSeek-V4's, Kimi's): this torch may have no CUDA
+    cuda = {name: getattr(torch.cuda, name) for name in ("Stream", "Event")} if not torch.cuda.is_available() else {}
+    for name in cuda:
+        setattr(torch.cuda, name, MagicMock)
     try:
         yield
     finally:
+        for name, real in cuda.items():
+            setattr(torch.cuda, name, real)
         for name, real in saved.items():
             if real is None:
                 torch.ops.__dict__.pop(name, None)
@@ -189,3 +195,31 @@ class _Config:
     def __init__(self, kwargs=None, num_warps: int = 4, num_stages: int = 3, **options):
         self.kwargs, self.num_warps, self.num_stages = dict(kwargs or {}), num_warps, num_stages
         self.__dict__.update(options)
+
+
+#: Packages plan never stands in: a missing one is a broken environment, not a kernel.
+_NEVER = {"vllm", "vllm_ascend", "vllm_kv_strategies", "torch", "transformers"}
+#: Modules an import failed on while vLLM inspected or built a model (:func:`record_missing`).
+_MISSING: list[str] = []
+
+
+def record_missing(exc: BaseException) -> None:
+    """Note the module a ``ModuleNotFoundError`` (anywhere in ``exc``'s chain) names."""
+    while exc is not None:
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            _MISSING.append(exc.name)
+        exc = exc.__cause__ or exc.__context__
+
+
+def stand_in_missing(exc: BaseException) -> str | None:
+    """After a failed inspection or build: stand in for the module it could not import
+    (``exc``'s chain or one recorded while vLLM inspected the model), if plan may; returns
+    its root, or None (nothing to stand in: the failure is not a missing kernel package)."""
+    record_missing(exc)
+    for name in reversed(_MISSING):
+        root = name if name.startswith("torch.") else name.split(".")[0]  # torch.npu: a device module torch lacks
+        if root not in _NEVER and stand_in(root):
+            _MISSING.clear()
+            return root
+    _MISSING.clear()
+    return None
