@@ -291,3 +291,16 @@ def test_cpu_offload_is_subtracted_from_the_weights(tmp_path):
     assert weights["value"] == max(data["param_bytes_per_stage"]) - 2**29 > 0
     assert weights["source"].endswith(" less --cpu-offload-gb 0.5 (536,870,912 bytes in CPU memory)")
     assert data["budget"]["bytes_per_worker"] == int(8 * 2**30 * 0.9) - weights["value"] - 2 * 2**30
+
+
+@pytest.mark.skipif(RELEASE != (0, 30), reason="only the 0.30 cell pairs vllm-ascend 0.30.0rc2 with the vLLM 0.30.0 "
+                    "wheel, whose RoutedExperts its MoE patch does not fit")
+def test_moe_mismatch_of_the_releases_is_explained(tmp_path):
+    """DeepSeek-V3's MoE layers: vllm-ascend's FusedMoE patch passes n_shared_experts, which this
+    vLLM's RoutedExperts does not take; plan says which code calls which (was the bare TypeError)."""
+    result = plan_error(tmp_path, "deepseek-v3", "--tensor-parallel-size", "8", "--max-model-len", "8192",
+                        "--kv-cache-memory-bytes", "4000000000")
+    line = result.stderr.splitlines()[-1]
+    assert "(TypeError: RoutedExperts.__init__() got an unexpected keyword argument 'n_shared_experts'; " \
+           "vllm-ascend's _ascend_FusedMoE (platform/patch_fused_moe.py:177) calls vLLM with arguments this " \
+           "vLLM does not take: the installed vllm-ascend and vLLM releases do not fit each other here" in line

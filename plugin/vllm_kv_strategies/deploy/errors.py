@@ -37,7 +37,24 @@ def _described(exc: BaseException) -> str:
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         where = "/".join(Path(frame.filename).parts[-2:])
         return f"assertion failed in {frame.name} ({where}:{frame.lineno}): {frame.line}"
-    return f"{type(exc).__name__}: {_one_line(exc)}"
+    return f"{type(exc).__name__}: {_one_line(exc)}{_mismatch(exc)}"
+
+
+def _mismatch(exc: BaseException) -> str:
+    """For a ``TypeError`` of arguments raised below vllm-ascend's code into vLLM's (vllm-ascend
+    0.30.0rc2's MoE patch calling the vLLM 0.30.0 wheel's ``RoutedExperts``): why, in words."""
+    if not isinstance(exc, TypeError) or "argument" not in str(exc) or exc.__traceback__ is None:
+        return ""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    ascend = [f for f in frames if "vllm_ascend" in Path(f.filename).parts]
+    if not ascend or "vllm_ascend" in Path(frames[-1].filename).parts:
+        return ""
+    where = "/".join(Path(ascend[-1].filename).parts[-2:])
+    return (f"; vllm-ascend's {ascend[-1].name} ({where}:{ascend[-1].lineno}) calls vLLM with arguments this vLLM "
+            "does not take: the installed vllm-ascend and vLLM releases do not fit each other here (with the vLLM "
+            "release vllm-ascend is built against, it builds)")
 
 
 def _wrapped(exc: BaseException) -> BaseException:
