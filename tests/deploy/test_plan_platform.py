@@ -59,6 +59,18 @@ def test_gpu_card_plans_cuda_blocks_from_the_cpu_build(tmp_path):
     assert "--block-size 16 given" not in done.stdout  # the plan follows it
 
 
+def test_rocm_card_plans_with_vllms_rocm_platform(tmp_path):
+    """--device mi300x: vLLM's RocmPlatform (its amdsmi queries answered with gfx942) takes the
+    16-token block too: the same 89,997 blocks (the public ROCm log: 89,994)."""
+    done, data = run_plan(tmp_path, str(CONFIGS / "gemma-3-27b"), "--block-size", "16",
+                          "--kv-cache-memory-bytes", str(BUDGET), "--device", "mi300x")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert data["num_blocks"] == BUDGET // (10 * page(16)) == 89_997
+    assert data["platform"].startswith("platform: rocm (--device mi300x: AMD Instinct MI300X 192GB, gfx942), vLLM's "
+                                       "RocmPlatform planned from this cpu machine")
+    assert {g["block_size"] for g in data["ranks"][0]["groups"]} == {16}
+
+
 def test_no_card_plans_the_installed_cpu_platform(tmp_path, capsys):
     """Without a card the installed platform plans (vLLM's CPU backend: 32-token
     multiples), and the output says so."""
