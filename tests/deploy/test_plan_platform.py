@@ -134,3 +134,25 @@ def test_kimi_linear_plans_for_a_gpu_card(tmp_path):
     page = 1920 * (512 + 64) * 2
     assert data["num_blocks"] == 20_000_000_000 // (7 * page) == 1_291
     assert "cutlass" in done.stdout.split("nothing of them runs): ")[1].splitlines()[0].split(", ")
+
+
+def test_deepseek_v4_flash_plans_for_b200_from_the_cpu_build(tmp_path):
+    """A DeepSeek-V4-Flash config (the attention fields from the published config: 43 layers,
+    one KV head of 512, 64 rope dims, sliding window 128, the per-layer compress ratios 0, 0,
+    4 / 128 alternating, 0; the MoE and hyper-connection fields, which do not touch the KV cache,
+    as published or placeholders) at TP 8 for B200s from vLLM's CPU build: its modules import
+    tilelang, DeepGEMM, CUTLASS's DSL and quack, stood in. vLLM's planner groups the layers by
+    their window and compression; every worker gets the same blocks."""
+    done, data = run_plan(tmp_path, str(CONFIGS / "deepseek-v4-flash"), "--kv-cache-memory-bytes", "40000000000",
+                          "--max-model-len", "65536", "--tensor-parallel-size", "8", "--device", "b200")
+    assert done.returncode == 0, done.stderr[-2000:]
+    stood_in = done.stdout.split("nothing of them runs): ")[1].splitlines()[0].split(", ")
+    assert {"tilelang", "deep_gemm", "cutlass", "quack"} <= set(stood_in)
+    rank = data["ranks"][0]
+    per_block = rank["bytes_required"] // data["num_blocks"]
+    assert data["num_blocks"] == 40_000_000_000 // per_block == 39_910
+    assert [r["num_blocks"] for r in data["ranks"]] == [39_910] * 8
+    assert sorted((g["kind"], g["block_size"]) for g in rank["groups"]) == [
+        ("mla_attention", 256), ("sliding_window_mla", 4), ("sliding_window_mla", 8), ("sliding_window_mla", 64),
+        ("sliding_window_mla", 64)]
+    assert (data["tokens"], round(data["max_concurrency"], 2)) == (1_344_060, 20.51)

@@ -185,7 +185,12 @@ def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None
 
     start = time.monotonic()
     per_worker, stages, params, param_bytes = worker_specs(vllm_config, progress)
-    resolve_layout(vllm_config, per_worker)
+    context = vllm_config.compilation_config.static_forward_context
+    context.update({name: layer for stage in stages for name, layer in stage["layers"].items()})
+    try:  # the layers in the forward context, as in a worker: vLLM reads their attention backends
+        resolve_layout(vllm_config, per_worker)
+    finally:
+        context.clear()
     if stage_bytes:
         budget = exact(min(stage_bytes), "--stage-budgets (the smallest stage's)")
         stage_budgets = [exact(n, "--stage-budgets") for n in stage_bytes]
