@@ -203,11 +203,21 @@ _NEVER = {"vllm", "vllm_ascend", "vllm_kv_strategies", "torch", "transformers"}
 _MISSING: list[str] = []
 
 
+#: Where the code importing a missing package must live for plan to stand in for it: a model's
+#: modules, its layers, attention backends and kernels (not, e.g., a KV connector's transfer engine).
+_MODEL_CODE = ("model_executor", "models", "attention", "ops", "kernels")
+
+
 def record_missing(exc: BaseException) -> None:
-    """Note the module a ``ModuleNotFoundError`` (anywhere in ``exc``'s chain) names."""
+    """Note the module a ``ModuleNotFoundError`` (anywhere in ``exc``'s chain) names, where a
+    model's code imported it."""
+    import traceback
+
     while exc is not None:
-        if isinstance(exc, ModuleNotFoundError) and exc.name:
-            _MISSING.append(exc.name)
+        if isinstance(exc, ModuleNotFoundError) and exc.name and exc.__traceback__ is not None:
+            frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+            if frames and any(part in _MODEL_CODE for part in frames[-1].filename.replace("\\", "/").split("/")):
+                _MISSING.append(exc.name)
         exc = exc.__cause__ or exc.__context__
 
 
