@@ -156,3 +156,39 @@ def test_deepseek_v4_flash_plans_for_b200_from_the_cpu_build(tmp_path):
         ("mla_attention", 256), ("sliding_window_mla", 4), ("sliding_window_mla", 8), ("sliding_window_mla", 64),
         ("sliding_window_mla", 64)]
     assert (data["tokens"], round(data["max_concurrency"], 2)) == (1_344_060, 20.51)
+
+
+def test_the_installed_platform_is_back_after_a_card(tmp_path, capsys):
+    """In one process (tests, tools): a plan for an H100 and then one without a card plans the
+    CPU's blocks again (128 tokens for the tiny Llama of test_plan), not the card's."""
+    from test_plan import llama
+
+    model = llama(tmp_path)
+    assert cli.run([str(model), "--kv-cache-memory-bytes", str(2**26), "--max-model-len", "1024", "--device", "h100-80g",
+                    "--json", str(tmp_path / "gpu.json")]) == 0
+    assert cli.run([str(model), "--kv-cache-memory-bytes", str(2**26), "--max-model-len", "1024",
+                    "--json", str(tmp_path / "cpu.json")]) == 0
+    capsys.readouterr()
+    gpu, cpu = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("gpu", "cpu"))
+    assert [g["block_size"] for g in gpu["ranks"][0]["groups"]] == [16]
+    assert [g["block_size"] for g in cpu["ranks"][0]["groups"]] == [128]
+    assert cpu["platform"].startswith("platform: cpu") and cpu["num_blocks"] == 2**26 // (8 * 128 * 2 * 2 * 64 * 2)
+
+
+def test_ascend_card_without_vllm_ascend_plans_here_and_says_so(tmp_path, capsys):
+    """--device 910b-64g where vllm-ascend is not installed: the card's memory, this platform's
+    blocks, and a line saying why (vllm-ascend is the card's vLLM platform)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm_ascend") is not None:
+        pytest.skip("vllm-ascend is installed here: the card plans on its platform (tests/ascend)")
+    from test_plan import llama
+
+    out = tmp_path / "plan.json"
+    assert cli.run([str(llama(tmp_path)), "--device", "910b-64g", "--max-model-len", "1024", "--json", str(out)]) == 0
+    capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert data["platform"] == (
+        "platform: cpu (--device 910b-64g is an Ascend card, and vllm-ascend, its vLLM platform, is not installed here: "
+        "planned on this environment's platform with the card's memory; install vllm-ascend for its block sizes)")
+    assert data["budget"]["terms"][0]["value"] == int(60.96 * 2**30)

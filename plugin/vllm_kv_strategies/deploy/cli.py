@@ -114,6 +114,9 @@ def run(argv: list[str]) -> int:
     except BadInput as exc:
         print(f"plan: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if "vllm_kv_strategies.deploy.platforms" in sys.modules:
+            sys.modules["vllm_kv_strategies.deploy.platforms"].restore()  # the installed platform again
 
 
 def _run(argv: list[str]) -> int:

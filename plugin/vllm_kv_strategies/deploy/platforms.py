@@ -113,13 +113,9 @@ def _rocm(card) -> Any:
 def _npu(card) -> Any:
     import importlib.util
 
-    from .errors import BadInput
     from .npu_standin import npu_platform
 
-    if importlib.util.find_spec("vllm_ascend") is None:
-        raise BadInput("--device for an Ascend card plans with vllm-ascend's platform, and vllm-ascend is not "
-                       "installed here (pip install vllm-ascend, the release matching this vLLM)")
-    return npu_platform()
+    return npu_platform() if importlib.util.find_spec("vllm_ascend") is not None else None
 
 
 def use(device: str | None) -> str:
@@ -135,6 +131,11 @@ def use(device: str | None) -> str:
     if installed_kind(installed) == card.platform:
         return f"platform: {card.platform} (--device {device}: {card.what}; the platform installed here too)"
     new = {"cuda": _cuda, "rocm": _rocm, "npu": _npu}[card.platform](card)
+    if new is None:  # an Ascend card where vllm-ascend, its platform, is not installed
+        return (f"platform: {installed_kind(installed)} (--device {device} is an Ascend card, and vllm-ascend, its vLLM "
+                "platform, is not installed here: planned on this environment's platform with the card's memory; "
+                "install vllm-ascend for its block sizes)")
+    _INSTALLED.append(installed)
     if card.platform in OPS:
         from .standins import lenient_ops, lenient_triton
 
@@ -148,8 +149,22 @@ def use(device: str | None) -> str:
             f"{installed_kind(installed)} machine: that platform's block sizes and attention backends")
 
 
+_INSTALLED: list[Any] = []
+
+
+def restore() -> None:
+    """The installed platform back as ``current_platform`` after a plan for another card (plan
+    runs in-process in tests and tools)."""
+    if not _INSTALLED:
+        return
+    import vllm.platforms
+
+    _replace(vllm.platforms._current_platform, _INSTALLED.pop())
+
+
 def _replace(old, new) -> None:
-    """``new`` as vLLM's ``current_platform``, in ``vllm.platforms`` and every module that bound ``old``."""
+    """``new`` as vLLM's ``current_platform``, in ``vllm.platforms`` and every module that bound ``old``;
+    vLLM's attention-backend choices made for ``old`` forgotten."""
     import vllm.platforms
 
     vllm.platforms._current_platform = new
@@ -157,6 +172,11 @@ def _replace(old, new) -> None:
         namespace = getattr(module, "__dict__", None)
         if namespace is not None and namespace.get("current_platform") is old:
             namespace["current_platform"] = new
+    selector = sys.modules.get("vllm.v1.attention.selector")  # its backend choices, cached per configuration
+    for name in ("_cached_get_attn_backend", "_cached_get_mamba_attn_backend"):
+        cached = getattr(selector, name, None)
+        if cached is not None and hasattr(cached, "cache_clear"):
+            cached.cache_clear()
 
 
 def prepare(device: str | None, config: dict | None = None) -> None:
