@@ -127,6 +127,7 @@ VLLM_PLUGINS= "$PY" - "$VERSION" "$HERE/../tests/ascend" <<'EOF'
 import sys, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, sys.argv[2])
+sys.path.insert(0, sys.argv[2] + "/../../plugin")  # the stubs use the plugin's stand-ins; it is not installed yet
 import npu_stubs
 npu_stubs.install(sys.argv[1])
 from vllm_ascend.worker.model_runner_v1 import NPUModelRunner

@@ -38,9 +38,11 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
-import types
 from collections import Counter
 from unittest.mock import MagicMock
+
+from vllm_kv_strategies.deploy.npu_standin import configure_torch, configure_torch_npu, name_npu_device
+from vllm_kv_strategies.deploy.standins import StandInLoader, is_stand_in
 
 __all__ = ["install", "install_npu_device", "installed_version", "STUB_ROOTS", "is_stub", "format_cast_mock", "npu_calls"]
 
@@ -73,30 +75,6 @@ _TORCH_NPU_PREIMPORT = (
 )
 
 _installed_version: str | None = None
-_STUB_MARK = "__npu_stub__"
-
-
-class _StubModule(types.ModuleType):
-    """A package-like module whose unknown public attributes are cached MagicMocks."""
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        value = MagicMock(name=f"{self.__name__}.{name}")
-        setattr(self, name, value)
-        return value
-
-
-class _StubLoader(importlib.abc.Loader):
-    def create_module(self, spec):
-        module = _StubModule(spec.name)
-        module.__path__ = []  # package-like: allows `import a.b.c` below it
-        module.__file__ = f"<npu stub {spec.name}>"
-        setattr(module, _STUB_MARK, True)
-        return module
-
-    def exec_module(self, module):
-        return None
 
 
 class _StubFinder(importlib.abc.MetaPathFinder):
@@ -104,7 +82,7 @@ class _StubFinder(importlib.abc.MetaPathFinder):
 
     def __init__(self, roots: tuple[str, ...]):
         self.roots = set(roots)
-        self.loader = _StubLoader()
+        self.loader = StandInLoader()
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname.split(".", 1)[0] not in self.roots:
@@ -112,39 +90,8 @@ class _StubFinder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, self.loader, is_package=True)
 
 
-def _identity(tensor, *args, **kwargs):
-    return tensor
-
-
-def _configure_torch_npu(torch_npu) -> None:
-    torch_npu.npu_format_cast = MagicMock(name="torch_npu.npu_format_cast", side_effect=_identity)
-    npu = importlib.import_module("torch_npu.npu")
-    npu.current_device = MagicMock(name="torch_npu.npu.current_device", return_value=0)
-    npu.device_count = MagicMock(name="torch_npu.npu.device_count", return_value=1)
-    npu.get_soc_version = MagicMock(name="torch_npu.npu.get_soc_version", return_value=220)
-    npu.is_available = MagicMock(name="torch_npu.npu.is_available", return_value=False)
-    npu.Stream = MagicMock
-    npu.Event = MagicMock
-    streams = importlib.import_module("torch_npu.npu.streams")
-    streams.Stream = MagicMock
-    streams.Event = MagicMock
-
-
-def _configure_torch() -> None:
-    import torch
-
-    if not isinstance(getattr(torch, "npu", None), MagicMock):
-        npu = MagicMock(name="torch.npu")
-        npu.Stream = MagicMock
-        npu.Event = MagicMock
-        npu.current_device.return_value = 0
-        npu.device_count.return_value = 1
-        npu.is_available.return_value = False
-        torch.npu = npu
-
-
 def is_stub(module) -> bool:
-    return bool(getattr(module, _STUB_MARK, False))
+    return is_stand_in(module)
 
 
 def format_cast_mock() -> MagicMock:
@@ -203,11 +150,11 @@ def install(version: str = "0.23.0", *, import_ops: bool = True) -> None:
     sys.meta_path.insert(0, _StubFinder(roots))
     STUB_ROOTS = roots
 
-    _configure_torch()
+    configure_torch()
     torch_npu = importlib.import_module("torch_npu")
     for name in _TORCH_NPU_PREIMPORT:
         importlib.import_module(name)
-    _configure_torch_npu(torch_npu)
+    configure_torch_npu(torch_npu)
     if "torchvision" in roots:
         tv = importlib.import_module("torchvision")
         tv.__version__ = "0.0.0+npu_stub"
@@ -222,16 +169,8 @@ def install(version: str = "0.23.0", *, import_ops: bool = True) -> None:
 
 
 def install_npu_device() -> None:
-    """What importing the real ``torch_npu`` also does to torch, for code that
-    names the device (``plan`` builds vLLM's configs and the runner for device
-    ``npu``): torch's PrivateUse1 backend renamed ``npu`` (so ``torch.device("npu")``
-    parses; no tensor can be made on it here) and ``torch.distributed.is_hccl_available``
-    (False). Process-wide and not undoable (torch allows one rename): call it only in
-    a process of its own (``tests/ascend/plan_stubbed.py``), never in the pytest process."""
-    import torch
-    import torch.distributed
-
-    if torch._C._get_privateuse1_backend_name() != "npu":
-        torch.utils.rename_privateuse1_backend("npu")
-    torch.distributed.is_hccl_available = lambda: False
-
+    """What importing the real ``torch_npu`` also does to torch (the ``npu`` device name,
+    no HCCL; :func:`vllm_kv_strategies.deploy.npu_standin.name_npu_device`). Process-wide and
+    not undoable: call it only in a process of its own (``tests/ascend/plan_stubbed.py``),
+    never in the pytest process."""
+    name_npu_device()

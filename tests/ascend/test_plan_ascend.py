@@ -1,7 +1,8 @@
 """``plan`` where vllm-ascend is installed: each side planned and built by its own code.
 
-``tests/ascend/plan_stubbed.py`` runs the command in a process of its own with the NPU modules
-stubbed (on an Ascend host ``torch_npu`` is real). Each side's config comes from the cell's own
+The command runs as users run it (``python -m vllm_kv_strategies plan``), in a process of its own:
+where ``torch_npu`` is missing plan stands in for the NPU modules itself, for planning only, and says
+so in one line (on an Ascend host ``torch_npu`` is real). Each side's config comes from the cell's own
 engine config, ``NPUModelRunner.get_kv_cache_spec`` and planner; its bytes are the storages its
 own ``initialize_kv_cache`` bound on the meta device. The numbers asserted are computed here
 from the published configs (``tests/deploy/configs``), not read back from plan.
@@ -27,7 +28,7 @@ RELEASE = tuple(int(x) for x in ASCEND_RELEASE.split(".")[:2])
 def plan(tmp_path, model: str, *args: str) -> tuple[subprocess.CompletedProcess, dict | None]:
     out = tmp_path / "plan.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "plugin"), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, str(HERE / "plan_stubbed.py"), str(CONFIGS / model), *args, "--json", str(out)],
+    result = subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "plan", str(CONFIGS / model), *args, "--json", str(out)],
                             capture_output=True, text=True, timeout=300, env=env)
     return result, json.loads(out.read_text()) if out.exists() else None
 
@@ -263,7 +264,11 @@ def test_arguments_the_plan_does_not_follow_are_noted(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert data["num_blocks"] == 1_000_000_000 // (28 * 2 * 128 * 8 * 128 * 2) == 68
     assert ("\nnote: --block-size 16 given; the blocks planned are of 128 tokens, as vLLM's platform sets them for "
-            "this model\nnote: --device a3 is not used: the budget given is exact\n") in result.stdout
+            "this model\nnote: --device a3 sets the platform only: the budget given is exact\n") in result.stdout
+    assert result.stdout.splitlines()[1] == ("platform: npu (--device a3: Ascend 910C / Atlas A3, one die of 64 GB; "
+                                             "the platform installed here too)")
+    assert "note: stand-ins for planning only, on the meta device (not installed or not loadable here; nothing of " \
+           "them runs): torch_npu, acl, " in result.stdout
 
 
 def test_stages_beyond_the_layers_are_bad_input(tmp_path):
@@ -286,3 +291,16 @@ def test_cpu_offload_is_subtracted_from_the_weights(tmp_path):
     assert weights["value"] == max(data["param_bytes_per_stage"]) - 2**29 > 0
     assert weights["source"].endswith(" less --cpu-offload-gb 0.5 (536,870,912 bytes in CPU memory)")
     assert data["budget"]["bytes_per_worker"] == int(8 * 2**30 * 0.9) - weights["value"] - 2 * 2**30
+
+
+@pytest.mark.skipif(RELEASE != (0, 30), reason="only the 0.30 cell pairs vllm-ascend 0.30.0rc2 with the vLLM 0.30.0 "
+                    "wheel, whose RoutedExperts its MoE patch does not fit")
+def test_moe_mismatch_of_the_releases_is_explained(tmp_path):
+    """DeepSeek-V3's MoE layers: vllm-ascend's FusedMoE patch passes n_shared_experts, which this
+    vLLM's RoutedExperts does not take; plan says which code calls which (was the bare TypeError)."""
+    result = plan_error(tmp_path, "deepseek-v3", "--tensor-parallel-size", "8", "--max-model-len", "8192",
+                        "--kv-cache-memory-bytes", "4000000000")
+    line = result.stderr.splitlines()[-1]
+    assert "(TypeError: RoutedExperts.__init__() got an unexpected keyword argument 'n_shared_experts'; " \
+           "vllm-ascend's _ascend_FusedMoE (platform/patch_fused_moe.py:177) calls vLLM with arguments this " \
+           "vLLM does not take: the installed vllm-ascend and vLLM releases do not fit each other here" in line

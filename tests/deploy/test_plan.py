@@ -200,7 +200,7 @@ def test_help_names_the_budget_options(capsys):
         cli.run(["--help=plan"])
     own = capsys.readouterr().out
     assert own.startswith("plan:\n  this command's own options") and "--kv-cache-memory-bytes" not in own
-    assert "h100-80g: NVIDIA H100 80GB, 79.11 GiB" in " ".join(own.split())
+    assert "h100-80g: NVIDIA H100 80GB, cuda, 79.11 GiB" in " ".join(own.split())
 
 
 def test_report_compares_a_plan_with_a_run(tmp_path, capsys):
@@ -238,7 +238,7 @@ def test_data_parallel_engines_plan_alike(tmp_path, capsys):
     assert code == 0, err
     assert data["parallel"] == {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 2}
     assert [r["num_blocks"] for r in data["ranks"]] == [2**26 // (8 * 128 * 2 * 2 * 64 * 2)]
-    assert "1 workers per engine (data parallel 2: each engine plans alike)" in out
+    assert "1 worker per engine x data parallel 2 = 2 workers (each engine plans alike)" in out
 
 
 def test_planner_function_probes_the_planner_modules():

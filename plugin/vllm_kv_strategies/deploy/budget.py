@@ -29,24 +29,54 @@ from pathlib import Path
 GIB = 2**30
 DEFAULT_OVERHEAD_GIB = 2.0
 
-#: Cards: name -> (total memory in GiB as the runtime reports it, source).
-DEVICES: dict[str, tuple[float, str]] = {
+@dataclasses.dataclass(frozen=True)
+class Card:
+    """A card ``--device`` names: the total memory its runtime reports (GiB), what it is,
+    the vLLM platform that serves it, and its compute capability (CUDA: (major, minor))
+    or architecture (ROCm: the GCN name; Ascend: the SoC)."""
+
+    gib: float
+    what: str
+    platform: str
+    capability: tuple[int, int] | str
+
+    @property
+    def bytes(self) -> int:
+        return int(self.gib * GIB)
+
+
+#: Cards, by lower-case name; each with the published source of its memory.
+DEVICES: dict[str, Card] = {
     # torch_npu: "60.96 GiB total capacity" (vllm-project/vllm-ascend#6611, #5020, #2378)
-    "910b-64g": (60.96, "Ascend 910B 64 GB (Atlas 800I/800T A2)"),
+    "910b-64g": Card(60.96, "Ascend 910B 64 GB (Atlas 800I/800T A2)", "npu", "Ascend910B"),
+    # torch_npu: "29.49 GiB total capacity" on a 910B4 (public vLLM-Ascend startup logs)
+    "910b-32g": Card(29.49, "Ascend 910B 32 GB (910B4, Atlas 800I A2)", "npu", "Ascend910B"),
     # torch_npu: "61.27 GiB total capacity" on an Atlas A3 die (sgl-project/sglang#29838)
-    "a3": (61.27, "Ascend 910C / Atlas A3, one die of 64 GB"),
+    "a3": Card(61.27, "Ascend 910C / Atlas A3, one die of 64 GB", "npu", "Ascend910_93"),
     # torch: "GPU 0 has a total capacity of 79.11 GiB" (vllm-project/vllm#27508)
-    "h100-80g": (79.11, "NVIDIA H100 80GB"),
+    "h100-80g": Card(79.11, "NVIDIA H100 80GB", "cuda", (9, 0)),
     # torch: "GPU 0 has a total capacity of 93.00 GiB" (ali-vilab/VACE#56)
-    "h100-nvl": (93.00, "NVIDIA H100 NVL 94GB"),
+    "h100-nvl": Card(93.00, "NVIDIA H100 NVL 94GB", "cuda", (9, 0)),
+    # nvidia-smi 143771 MiB (public nvidia-smi tables of H200 SXM hosts)
+    "h200": Card(143771 / 1024, "NVIDIA H200 141GB (nvidia-smi total)", "cuda", (9, 0)),
+    # nvidia-smi 97871 MiB (public nvidia-smi tables of H20 hosts, 500 W)
+    "h20": Card(97871 / 1024, "NVIDIA H20 96GB (nvidia-smi total)", "cuda", (9, 0)),
+    # nvidia-smi 183359 MiB (public nvidia-smi tables of B200 hosts, 1000 W)
+    "b200": Card(183359 / 1024, "NVIDIA B200 (nvidia-smi total)", "cuda", (10, 0)),
     # nvidia-smi 81920 MiB (modal-labs/modal-client#2797); torch reports a little less
-    "a100-80g": (80.0, "NVIDIA A100 80GB (nvidia-smi total)"),
+    "a100-80g": Card(80.0, "NVIDIA A100 80GB (nvidia-smi total)", "cuda", (8, 0)),
     # nvidia-smi 40960 MiB (modal-labs/modal-client#2797)
-    "a100-40g": (40.0, "NVIDIA A100 40GB (nvidia-smi total)"),
+    "a100-40g": Card(40.0, "NVIDIA A100 40GB (nvidia-smi total)", "cuda", (8, 0)),
     # nvidia-smi 46068 MiB (modal-labs/modal-client#2797)
-    "l40s": (46068 / 1024, "NVIDIA L40S (nvidia-smi total)"),
+    "l40s": Card(46068 / 1024, "NVIDIA L40S (nvidia-smi total)", "cuda", (8, 9)),
+    # nvidia-smi 46068 MiB (public nvidia-smi tables of L20 hosts)
+    "l20": Card(46068 / 1024, "NVIDIA L20 48GB (nvidia-smi total)", "cuda", (8, 9)),
+    # nvidia-smi 23028 MiB (public nvidia-smi tables of A10 / A10G hosts)
+    "a10": Card(23028 / 1024, "NVIDIA A10 24GB (nvidia-smi total)", "cuda", (8, 6)),
     # torch: "23.68 GiB total capacity" (zai-org/CogVideo#36)
-    "rtx4090": (23.68, "NVIDIA GeForce RTX 4090"),
+    "rtx4090": Card(23.68, "NVIDIA GeForce RTX 4090", "cuda", (8, 9)),
+    # torch (HIP): "GPU 0 has a total capacity of 191.98 GiB" (public MI300X OOM reports)
+    "mi300x": Card(191.98, "AMD Instinct MI300X 192GB", "rocm", "gfx942"),
 }
 
 
@@ -95,8 +125,8 @@ def device_memory(device: str | None, gib: float | None) -> tuple[int, str]:
         return int(gib * GIB), f"--device-memory-gib {gib:g}"
     if device not in DEVICES:
         raise KeyError(f"unknown --device {device!r}; known: {', '.join(sorted(DEVICES))}")
-    value, what = DEVICES[device]
-    return int(value * GIB), f"--device {device}: {what}, {value:.2f} GiB"
+    card = DEVICES[device]
+    return card.bytes, f"--device {device}: {card.what}, {card.gib:.2f} GiB"
 
 
 def checkpoint_bytes(model_dir: str) -> int | None:
@@ -117,9 +147,11 @@ RESIZABLE_UTILISATION, FIXED_UTILISATION = 1.0, 0.92
 
 
 def estimate(memory: tuple[int, str], utilisation: float | None, weights: tuple[int, str], overhead_gib: float,
-             resizable: bool = False) -> Budget:
+             resizable: bool = False, utilisation_given: bool = True) -> Budget:
     """memory x utilisation - weights - overhead (see the module doc); for vLLM 0.34's resizable
-    KV cache (``resizable``) also - margin, and a utilisation not given is 0.34's default."""
+    KV cache (``resizable``) also - margin, and a utilisation of None is 0.34's default;
+    ``utilisation_given``: whether ``--gpu-memory-utilization`` was passed (else the source says
+    it is vLLM's default)."""
     total, source = memory
     weight_bytes, weight_source = weights
     overhead = int(overhead_gib * GIB)
@@ -127,8 +159,10 @@ def estimate(memory: tuple[int, str], utilisation: float | None, weights: tuple[
         utilisation = RESIZABLE_UTILISATION if resizable else FIXED_UTILISATION
         given = (f"vLLM 0.34's default with{'' if resizable else 'out'} the resizable KV cache "
                  f"({RESIZABLE_UTILISATION:.2f} with it, {FIXED_UTILISATION:.2f} without)")
-    else:
+    elif utilisation_given:
         given = f"--gpu-memory-utilization {utilisation:g}"
+    else:
+        given = f"vLLM's default --gpu-memory-utilization ({utilisation:g}; not given)"
     terms = [
         ("device memory", total, source),
         ("utilisation", round(utilisation * 1000), given),

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 from pathlib import Path
+
+from .errors import BadInput, _described, _one_line, _rejection
+from .inputs import check_model_dir, check_outputs
 
 DESCRIPTION = (
     "How much KV cache a deployment gets, before anything starts: the model in MODEL_DIR (config.json "
@@ -36,10 +38,6 @@ EPILOG = (
 )
 
 
-class BadInput(Exception):
-    """A problem with the command's input: one line, exit 2."""
-
-
 def _progress(message: str) -> None:
     print(f"plan: {message} ...", file=sys.stderr, flush=True)
 
@@ -50,79 +48,29 @@ def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     group = parser.add_argument_group("plan", "this command's own options (the others are vLLM's engine arguments)")
     group.add_argument("model_dir", metavar="MODEL_DIR", help="a local model directory with a config.json")
     group.add_argument("--json", dest="json_out", metavar="OUT", help="also write the plan as JSON to OUT")
-    group.add_argument("--device", choices=sorted(DEVICES), help="estimate the budget for this card's memory "
-                       "(" + "; ".join(f"{k}: {v[1]}, {v[0]:.2f} GiB" for k, v in sorted(DEVICES.items())) + ")")
+    group.add_argument("--device", choices=sorted(DEVICES), type=str.lower, metavar="NAME",
+                       help="plan for this card: its vLLM platform (block sizes, attention backends) and, without "
+                       "--kv-cache-memory-bytes, a budget estimated from its memory; case-insensitive (" +
+                       "; ".join(f"{k}: {c.what}, {c.platform}, {c.gib:.2f} GiB" for k, c in sorted(DEVICES.items())) + ")")
+    group.add_argument("--stage-budgets", metavar="N0,N1,...", type=_byte_list,
+                       help="an exact KV cache budget per worker for each pipeline stage, in bytes (stages carry "
+                       "different weights, so vLLM's workers measure different budgets)")
+    group.add_argument("--sweep", action="append", metavar="ARG=V1,V2,...", help="plan every combination of the "
+                       "values of these engine arguments (repeatable: tensor-parallel-size=1,2,4,8) and print one table")
+    group.add_argument("--plot", metavar="FILE.png", help="with --sweep: draw tokens and maximum concurrency against "
+                       "the swept values (needs matplotlib)")
     group.add_argument("--device-memory-gib", type=float, metavar="GIB", help="estimate the budget for a device of GIB GiB")
     group.add_argument("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, metavar="GIB",
                        help="what the estimate subtracts for activations, graphs and the runtime (not computed)")
     return parser
 
 
-def check_model_dir(path: str) -> dict:
-    """The directory's ``config.json``; :class:`BadInput` when there is none,
-    it is not a JSON object, its ``architectures`` is not a list of names, or
-    it asks for remote code (``auto_map``: plan runs no code from a model directory)."""
-    directory = Path(path)
-    if directory.is_file():
-        raise BadInput(f"{path}: a file; plan takes the model directory holding config.json ({directory.parent})")
-    if not directory.is_dir():
-        raise BadInput(f"{path}: no such directory (plan takes a local model directory holding config.json)")
-    config_file = directory / "config.json"
-    if not config_file.is_file():
-        raise BadInput(f"{path}: has no config.json")
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"{config_file}: not readable as JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise BadInput(f"{config_file}: holds a JSON {type(config).__name__}, not the object of a model's configuration")
-    archs = config.get("architectures")
-    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
-        raise BadInput(f"{config_file}: \"architectures\" is {json.dumps(archs)[:80]}, not a list of class names "
-                       "(e.g. [\"LlamaForCausalLM\"])")
-    if config.get("auto_map") and not _known_model_type(config.get("model_type")):
-        raise BadInput(f"{config_file}: the model needs remote code (auto_map {sorted(config['auto_map'])}, model_type "
-                       f"{config.get('model_type')!r} unknown to the installed transformers); plan runs no code from a "
-                       "model directory")
-    return config
-
-
-def _known_model_type(model_type: str | None) -> bool:
-    """Whether the installed transformers configures ``model_type`` itself
-    (then a config's ``auto_map``, e.g. DeepSeek-V2's, is not needed and the
-    model is planned without it)."""
-    try:
-        from transformers import CONFIG_MAPPING
-
-        return model_type in CONFIG_MAPPING
-    except Exception:  # transformers unusable here: treat as unknown
-        return False
-
-
-def check_outputs(args) -> None:
-    """:class:`BadInput` for a ``--json`` path that cannot be written, a budget
-    or device memory that is not a positive number, or an overhead below zero,
-    before anything is planned."""
-    if args.json_out:
-        out = Path(args.json_out)
-        if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
-            raise BadInput(f"--json {args.json_out}: cannot write a file there")
-    for name, zero_allowed in (("kv_cache_memory_bytes", False), ("device_memory_gib", False), ("overhead_gib", True)):
-        value = getattr(args, name, None)
-        if value is None:
-            continue
-        finite = math.isfinite(value)  # argparse's float() takes "nan" and "inf"
-        if not finite or value < 0 or (value == 0 and not zero_allowed):
-            least = "zero or more" if zero_allowed else "positive"
-            raise BadInput(f"--{name.replace('_', '-')} {value}: must be {least}{'' if finite else ' and finite'}")
-
-
 def on_ascend() -> bool:
-    """Whether vllm-ascend is installed: then each side, stock and the plugin,
+    """Whether the platform planned is vllm-ascend's: then each side, stock and the plugin,
     is planned and built by its own code (:mod:`.ascend`)."""
-    from ..compat import Installed
+    from vllm.platforms import current_platform
 
-    return Installed.detect().platform == "ascend"
+    return current_platform.device_type == "npu"
 
 
 def check_architecture(config: dict) -> None:
@@ -166,27 +114,86 @@ def run(argv: list[str]) -> int:
     except BadInput as exc:
         print(f"plan: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if "vllm_kv_strategies.deploy.platforms" in sys.modules:
+            sys.modules["vllm_kv_strategies.deploy.platforms"].restore()  # the installed platform again
 
 
 def _run(argv: list[str]) -> int:
-    start = time.monotonic()
+    start, device, config = time.monotonic(), None, None
     if not any(a == "-h" or a.startswith("--help") for a in argv):
         known, _ = own_arguments(argparse.ArgumentParser(add_help=False, prog="python -m vllm_kv_strategies plan")).parse_known_args(argv)
-        config = check_model_dir(known.model_dir)
+        config, device = check_model_dir(known.model_dir), known.device
+    from . import platforms
+
+    platforms.prepare(device, config)  # before vLLM is imported: which platform plugins it may load
     _progress("importing vLLM (10-30 s on a CPU)")
     try:
+        platform_line = platforms.use(device)
         parser = engine_parser()
+    except BadInput:
+        raise
     except Exception as exc:  # vLLM or its platform plugin cannot load here
         raise BadInput(f"cannot import vLLM's engine arguments here: {type(exc).__name__}: {_one_line(exc)}") from None
-    args = parser.parse_args(argv)
-    check_outputs(args)
+    args = parse(parser, argv)
     check_architecture(config)
-    from vllm.engine.arg_utils import EngineArgs
+    if args.sweep:
+        from .sweep import sweep
 
-    from . import model, predict, render
+        return sweep(parser, argv, args, lambda combo_args: plan_once(combo_args, platform_line), _progress)
+    prediction = plan_once(args, platform_line)
+    prediction.seconds = time.monotonic() - start
+    from . import render
 
+    print(render.table(prediction, args.model_dir))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
+    plugin_side = prediction.ascend and prediction.ascend["plugin"]
+    refused = prediction.refusal or (plugin_side and plugin_side.build_error and not plugin_side.not_planned)
+    return 1 if refused else 0
+
+
+def _byte_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole byte counts, one per pipeline stage") from None
+    if any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every budget must be positive")
+    return values
+
+
+def parse(parser, argv: list[str]):
+    """The arguments, checked (:func:`check_outputs`), as vLLM's ``EngineArgs`` reads them for plan."""
+    args = parser.parse_args(argv)
+    args.argv = argv
+    check_outputs(args)
     args.model, args.skip_tokenizer_init = args.model_dir, True
     args.offload_gib, args.cpu_offload_gb = getattr(args, "cpu_offload_gb", 0) or 0, 0  # not on meta: the estimate subtracts it
+    return args
+
+
+def plan_once(args, platform_line: str = ""):
+    """The :class:`~.predict.Prediction` for ``args`` (:func:`parse`'s); :class:`BadInput` for a
+    configuration vLLM will not make or a model it cannot build. A package the model's modules
+    import and this machine lacks (a kernel library: ``cutlass``) is stood in and the plan retried."""
+    from . import standins
+
+    while True:
+        try:
+            return _plan_once(args, platform_line)
+        except BadInput as exc:
+            root = exc.__context__ and standins.stand_in_missing(exc.__context__)
+            if not root:
+                raise
+            _progress(f"{root} (imported by the model's modules) is not installed here: stood in for planning, again")
+
+
+def _plan_once(args, platform_line: str):
+    from vllm.engine.arg_utils import EngineArgs
+
+    from . import model, predict, standins
+
     budget_for = budget_source(args)
     try:
         platform_notes: list[str] = []
@@ -196,7 +203,12 @@ def _run(argv: list[str]) -> int:
     problem = model.pipeline_problem(vllm_config, _one_line)
     if problem:
         raise BadInput(problem)
-    if vllm_config.cache_config.kv_cache_memory_bytes is None and args.device is None and args.device_memory_gib is None:
+    stages = vllm_config.parallel_config.pipeline_parallel_size
+    if args.stage_budgets and len(args.stage_budgets) != stages:
+        raise BadInput(f"--stage-budgets {','.join(map(str, args.stage_budgets))}: {len(args.stage_budgets)} budgets for "
+                       f"{stages} pipeline stage{'s' if stages != 1 else ''}")
+    if (vllm_config.cache_config.kv_cache_memory_bytes is None and args.device is None and args.device_memory_gib is None
+            and not args.stage_budgets):
         raise BadInput("give the KV cache budget per worker: --kv-cache-memory-bytes N (exact), "
                        "or --device NAME / --device-memory-gib GIB (an estimate)")
     try:
@@ -205,20 +217,16 @@ def _run(argv: list[str]) -> int:
 
             prediction = predict_ascend(EngineArgs.from_cli_args(args), budget_for, progress=_progress)
         else:
-            prediction = predict.predict(vllm_config, budget_for, progress=_progress)
+            with standins.building(), model.on_meta(default=False):  # the planned platform's backends, imported
+                prediction = predict.predict(vllm_config, budget_for, progress=_progress, stage_bytes=args.stage_budgets)
     except BadInput:
         raise
     except Exception as exc:  # vLLM fails to build the model without weights (e.g. on data it computes at build)
         raise BadInput(f"cannot plan: vLLM could not build {args.model_dir} on the meta device for these arguments "
-                       f"({type(exc).__name__}: {_one_line(exc)})") from None
-    prediction.seconds = time.monotonic() - start
-    prediction.notes = [*platform_notes, *notes(args, prediction)]
-    print(render.table(prediction, args.model_dir))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
-    plugin_side = prediction.ascend and prediction.ascend["plugin"]
-    refused = prediction.refusal or (plugin_side and plugin_side.build_error and not plugin_side.not_planned)
-    return 1 if refused else 0
+                       f"({_described(exc)})") from None
+    prediction.platform = platform_line
+    prediction.notes = [*platform_notes, *notes(args, prediction)] + [line for line in [standins.line()] if line]
+    return prediction
 
 
 def notes(args, prediction) -> list[str]:
@@ -241,7 +249,7 @@ def notes(args, prediction) -> list[str]:
                        f"{weights:,} bytes of weights on the largest rank exceed its {memory:,} bytes; vLLM would run "
                        "out of memory at KV cache initialisation there")
         else:
-            out.append(f"{given} is not used: the budget given is exact")
+            out.append(f"{given} {'sets the platform only' if args.device else 'is not used'}: the budget given is exact")
     return out
 
 
@@ -266,44 +274,7 @@ def budget_source(args):
         # vLLM 0.34 sizes the KV cache after warm-up on CUDA / ROCm unless told not to
         resizable = hasattr(cache, "resolved_gpu_memory_utilization") and getattr(
             args, "enable_extensible_kv_cache", None) is not False and cache.num_gpu_blocks_override is None
-        return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib, resizable)
+        given = any(a.split("=")[0] in ("--gpu-memory-utilization", "--gpu_memory_utilization") for a in args.argv)
+        return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib, resizable, given)
 
     return source
-
-
-def _rejection(exc: BaseException) -> str:
-    """One line for an engine config vLLM (or its platform) would not make:
-    its words, where an assertion without words failed (pydantic wraps one
-    raised in ``VllmConfig.__post_init__``), a module the arguments need that
-    is not installed here, or vLLM's swap space check of this machine's memory."""
-    inner = _wrapped(exc)
-    if isinstance(inner, ImportError):
-        return (f"the configuration needs {inner.name or 'a module'}, which is not installed here ({type(inner).__name__}: "
-                f"{_one_line(inner)}); plan in the environment that serves, or install it")
-    if isinstance(inner, AssertionError) and not str(inner).strip() and inner.__traceback__ is not None:
-        import traceback
-
-        frame = traceback.extract_tb(inner.__traceback__)[-1]
-        where = "/".join(Path(frame.filename).parts[-2:])
-        return f"vLLM rejects the configuration: assertion failed in {frame.name} ({where}:{frame.lineno}): {frame.line}"
-    message = f"vLLM rejects the configuration: {type(exc).__name__}: {_one_line(exc)}"
-    if "swap space" in str(exc):  # CacheConfig.verify_with_parallel_config (vLLM before 0.18)
-        message += (" (vLLM checks --swap-space GiB x the tensor parallel size against THIS machine's memory; "
-                    "vLLM V1 does not use the swap space: pass --swap-space 0 to plan here)")
-    return message
-
-
-def _wrapped(exc: BaseException) -> BaseException:
-    """The error a pydantic ``ValidationError`` wraps (its first error's
-    ``ctx["error"]``), else ``exc``."""
-    errors = getattr(exc, "errors", None)
-    try:
-        inner = errors()[0].get("ctx", {}).get("error") if callable(errors) else None
-    except Exception:  # not pydantic's
-        inner = None
-    return inner if isinstance(inner, BaseException) else exc
-
-
-def _one_line(exc: BaseException | str) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and "errors.pydantic.dev" not in line]
-    return " ".join(lines)[:400]

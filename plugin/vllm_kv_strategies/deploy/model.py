@@ -12,6 +12,7 @@ while being built, and nothing is communicated on the meta device.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import tempfile
@@ -28,10 +29,20 @@ def inspect_models_in_process():
     device: run the same inspection in this process."""
     from vllm.model_executor.models import registry
 
+    from . import standins
+
+    def in_process(fn):
+        try:
+            return fn()
+        except Exception as exc:  # the registry logs it and says "failed to be inspected": keep what was missing
+            standins.record_missing(exc)
+            raise
+
     stock = registry._run_in_subprocess
-    registry._run_in_subprocess = lambda fn: fn()
+    registry._run_in_subprocess = in_process
     try:
-        yield
+        with standins.building():  # the model's module looks up the planned platform's kernels on import
+            yield
     finally:
         registry._run_in_subprocess = stock
 
@@ -61,10 +72,16 @@ def _init_groups(vllm_config) -> None:
         if not _DISTRIBUTED:
             with tempfile.NamedTemporaryFile(prefix="kv_plan_dist_", delete=False) as f:
                 init_method = f"file://{f.name}"
+            atexit.register(_remove, f.name)  # gloo's file store: used while the groups live, removed at exit
             init_distributed_environment(world_size=1, rank=0, distributed_init_method=init_method, local_rank=0, backend="gloo")
             _DISTRIBUTED.append(True)
         destroy_model_parallel()
         ensure_model_parallel_initialized(1, 1)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def _index_map(func, args, kwargs) -> bool:
@@ -224,14 +241,16 @@ def build_stage(vllm_config, pp_rank: int, collect=collect_specs) -> tuple[dict[
     (layer name -> module). ``collect(vllm_config) -> (specs, shared)`` runs
     while the stage's layers are in the forward context (default:
     :func:`collect_specs`, V1's or V2's)."""
-    from vllm.model_executor.model_loader.utils import initialize_model
+    from . import standins
 
+    with standins.building():  # vLLM's loader looks up its kernels on import
+        from vllm.model_executor.model_loader.utils import initialize_model
     set_default_torch_dtype = _set_default_torch_dtype()
 
     forward_context = vllm_config.compilation_config.static_forward_context
     forward_context.clear()
     model_config = vllm_config.model_config
-    with as_rank(parallel_sizes(vllm_config), {"_PP": pp_rank}):
+    with as_rank(parallel_sizes(vllm_config), {"_PP": pp_rank}), standins.building(), on_meta(default=False):
         with set_default_torch_dtype(model_config.dtype), on_meta():
             model = initialize_model(vllm_config=vllm_config, model_config=model_config)
             speculative = vllm_config.speculative_config

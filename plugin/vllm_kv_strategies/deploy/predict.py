@@ -60,6 +60,10 @@ class Prediction:
     seconds: float = 0.0
     #: lines for the headline: arguments given that the plan does not follow (:func:`.cli.notes`)
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: which vLLM platform was planned, and why (:func:`.platforms.use`)
+    platform: str = ""
+    #: per pipeline stage, its budget per worker (:func:`predict`; :func:`stage_rows`)
+    stage_budgets: list[Budget] = dataclasses.field(default_factory=list)
 
     @property
     def num_blocks(self) -> int | None:
@@ -179,27 +183,65 @@ def capacity_of(vllm_config, workers: list) -> tuple[int | None, float | None]:
     return int(tokens), float(concurrency)
 
 
-def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None) -> Prediction:
-    """The deployment's plan; ``budget_for(vllm_config, bytes of the largest
-    rank's parameters)`` gives the KV cache budget per worker (:mod:`.budget`).
+def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None,
+            stage_bytes: list[int] | None = None) -> Prediction:
+    """The deployment's plan; ``budget_for(vllm_config, bytes of a rank's parameters)``
+    gives the KV cache budget per worker (:mod:`.budget`), for each pipeline stage with
+    its own weights (an estimate differs between stages; the headline's is the largest
+    rank's); ``stage_bytes``: an exact budget per stage (``--stage-budgets``).
 
     Raises:
         vLLM's own errors for a model it cannot build (not a refusal of the budget).
     """
+    from .budget import exact
+
     start = time.monotonic()
     per_worker, stages, params, param_bytes = worker_specs(vllm_config, progress)
-    resolve_layout(vllm_config, per_worker)
-    budget = budget_for(vllm_config, max(param_bytes))
-    if budget.bytes > 0:
-        budget.bytes = worker_budget(vllm_config, budget.bytes)
-    workers, refusal = plan_budget(vllm_config, per_worker, budget.bytes)
+    context = vllm_config.compilation_config.static_forward_context
+    context.update({name: layer for stage in stages for name, layer in stage["layers"].items()})
+    try:  # the layers in the forward context, as in a worker: vLLM reads their attention backends
+        resolve_layout(vllm_config, per_worker)
+    finally:
+        context.clear()
+    if stage_bytes:
+        budget = exact(min(stage_bytes), "--stage-budgets (the smallest stage's)")
+        stage_budgets = [exact(n, "--stage-budgets") for n in stage_bytes]
+    else:
+        budget = budget_for(vllm_config, max(param_bytes))
+        stage_budgets = [budget_for(vllm_config, b) for b in param_bytes]
+    for each in [budget, *stage_budgets]:
+        if each.bytes > 0:
+            each.bytes = worker_budget(vllm_config, each.bytes)
+    tp = vllm_config.parallel_config.tensor_parallel_size
+    budgets = [stage_budgets[w // tp].bytes for w in range(len(per_worker))]
+    workers, refusal = plan_budget(vllm_config, per_worker, budgets if len(set(budgets)) > 1 else budgets[0])
     prediction = Prediction(vllm_config, budget, workers, per_worker, stages, params, param_bytes, refusal)
+    prediction.stage_budgets = stage_budgets
     prediction.tokens, prediction.max_concurrency = capacity_of(vllm_config, workers)
     if workers and workers[0].kv_cache_groups:
         from .plugin_side import sides
 
-        tp = vllm_config.parallel_config.tensor_parallel_size
         prediction.sides = [sides(vllm_config, config, stages[w // tp]["layers"], stages[w // tp]["shared"])
                             for w, config in enumerate(workers)]
     prediction.seconds = time.monotonic() - start
     return prediction
+
+
+def stage_rows(prediction) -> list[dict[str, Any]]:
+    """Per pipeline stage: its budget per worker (exact or the estimate with its weights term), the
+    blocks it alone would hold (its budget // its workers' bytes per block, from vLLM's plan) and
+    whether it limits num_blocks (vLLM gives every worker the smallest worker's count)."""
+    from ..compat.specs import required_bytes
+
+    tp = prediction.vllm_config.parallel_config.tensor_parallel_size
+    rows = []
+    for stage, budget in enumerate(prediction.stage_budgets):
+        config = prediction.workers[stage * tp] if prediction.workers else None
+        per_block = required_bytes(list(config.kv_cache_tensors)) // config.num_blocks if config and config.num_blocks else 0
+        weights = {name: value for name, value, _ in budget.terms}.get("weights")
+        rows.append({"stage": stage, "budget_bytes": budget.bytes, "exact": budget.exact, "weights_bytes": weights,
+                     "bytes_per_block": per_block or None, "blocks_alone": budget.bytes // per_block if per_block else None})
+    alone = [r["blocks_alone"] for r in rows if r["blocks_alone"] is not None]
+    for r in rows:
+        r["limits"] = bool(alone) and r["blocks_alone"] == min(alone)
+    return rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._version import __version__
+from .predict import stage_rows
 from ..compat.specs import layer_spec, required_bytes, tensor_layers
 from ..report.plan_file import KIND, PLAN_VERSION
 from ..report.specs import describe_groups, own_spec, spec_kind
@@ -48,24 +49,31 @@ def _modules(prediction, worker: int) -> dict[str, Any]:
     return prediction.stages[worker // prediction.vllm_config.parallel_config.tensor_parallel_size]["layers"]
 
 
+def _size(nbytes: int) -> str:
+    """Bytes in GiB to two decimals, or in MiB / KiB where that would read 0.00 GiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale * 0.01 or unit == "KiB":
+            return f"{nbytes / scale:.2f} {unit}"
+
+
 def headline(prediction, model_dir: str) -> list[str]:
     config = prediction.vllm_config
     p, m = config.parallel_config, config.model_config
     versions = _installed()
     release = f"vLLM {versions['vllm']}" + (f" + vllm-ascend {versions['vllm_ascend']}" if versions["vllm_ascend"] else "")
-    params = ", ".join(f"{n:,} ({b / 2**30:.2f} GiB)" for n, b in zip(prediction.params, prediction.param_bytes))
+    params = ", ".join(f"{n:,} ({_size(b)})" for n, b in zip(prediction.params, prediction.param_bytes))
     return [
         f"plan: {model_dir} ({', '.join(m.architectures or [])}), {release}, device {config.device_config.device_type}",
+        *([prediction.platform] if prediction.platform else []),
         f"parallel: tensor {p.tensor_parallel_size} x pipeline {p.pipeline_parallel_size} = {len(prediction.specs)} "
-        f"workers per engine (data parallel {p.data_parallel_size}: each engine plans alike); "
+        f"worker{'s' if len(prediction.specs) != 1 else ''} per engine" + (
+            f" x data parallel {p.data_parallel_size} = {len(prediction.specs) * p.data_parallel_size:,} workers "
+            "(each engine plans alike)" if p.data_parallel_size > 1 else "") + "; "
         f"max model len {m.max_model_len:,}, max num seqs {config.scheduler_config.max_num_seqs}",
         f"model: {params} parameters per rank (per pipeline stage), dtype {str(m.dtype).removeprefix('torch.')}, "
         f"kv cache dtype {config.cache_config.cache_dtype}",
         *prediction.budget.lines(),
         *(f"note: {note}" for note in prediction.notes),
-        *([f"note: planned for this machine's vLLM platform ({config.device_config.device_type}): the block size and "
-           "attention backends are that platform's; plan where the deployment runs for its own"]
-          if not prediction.budget.exact and config.device_config.device_type == "cpu" else []),
     ]
 
 
@@ -93,16 +101,35 @@ def table(prediction, model_dir: str) -> str:
         for row in group_rows(kv_cache_config, _modules(prediction, worker)):
             lines.append(f"{worker:>4} {pp:>3} {tp:>3} {row['id']:>5} {row['kind']:28} {row['layers']:>6} "
                          f"{row['block_size']:>6} {row['page_bytes']:>12,} {row['num_blocks']:>11,} {row['token_slots']:>12,}")
-    lines.append("")
+    lines += [""] + stage_lines(prediction)
     if prediction.tokens is not None:
         lines.append(f"vLLM would log: KV cache size: {prediction.tokens:,} tokens, Maximum concurrency for "
                      f"{prediction.vllm_config.model_config.max_model_len:,} tokens per request: {prediction.max_concurrency:.2f}x")
+        engines = prediction.vllm_config.parallel_config.data_parallel_size
+        if engines > 1:
+            lines.append(f"  that is per engine; the deployment's {engines} engines together: {prediction.tokens * engines:,} "
+                         f"tokens, {prediction.max_concurrency * engines:.2f}x concurrency")
     distinct = {side.line(): w for w, side in reversed(list(enumerate(prediction.sides)))}
     for line, worker in sorted(distinct.items(), key=lambda item: item[1]):
         lines.append(line if len(distinct) == 1 else f"rank {worker}: {line}")
     lines += ascend_lines(prediction)[1 if lines[-1] == "" else 0:]  # one blank line before the sides
     lines.append(f"planned in {prediction.seconds:.1f} s")
     return "\n".join(lines)
+
+
+def stage_lines(prediction) -> list[str]:
+    """With pipeline stages: each stage's budget per worker and the blocks it alone would hold;
+    the stage with the fewest limits num_blocks (vLLM gives every worker the smallest count)."""
+    rows = stage_rows(prediction)
+    if len(rows) < 2:
+        return []
+    out = []
+    for r in rows:
+        weights = "" if r["exact"] or r["weights_bytes"] is None else f" (estimate: weights {r['weights_bytes']:,} bytes)"
+        alone = f", holds {r['blocks_alone']:,} blocks alone" if r["blocks_alone"] is not None else ""
+        out.append(f"stage {r['stage']}: budget {r['budget_bytes']:,} bytes per worker{weights}{alone}"
+                   + ("  <- limits num_blocks" if r["limits"] else ""))
+    return out + [""]
 
 
 def _beyond(budget, excess: int) -> str:
@@ -173,6 +200,14 @@ def ascend_lines(prediction) -> list[str]:
     return lines
 
 
+def _deployment(prediction) -> dict:
+    """The data parallel deployment's totals beside the per-engine figures (each engine plans alike)."""
+    engines = prediction.vllm_config.parallel_config.data_parallel_size
+    return {"engines": engines, "workers": len(prediction.specs) * engines,
+            "tokens": prediction.tokens * engines if prediction.tokens is not None else None,
+            "max_concurrency": prediction.max_concurrency * engines if prediction.max_concurrency is not None else None}
+
+
 def as_json(prediction, model_dir: str) -> dict:
     """The plan as a JSON object (``kind: "plan"``); ``ranks[i].num_blocks``
     and ``ranks[i].groups[j].num_blocks`` are vLLM's planned block counts."""
@@ -201,6 +236,7 @@ def as_json(prediction, model_dir: str) -> dict:
         "architectures": list(config.model_config.architectures or []),
         "versions": _installed(),
         "device": config.device_config.device_type,
+        "platform": prediction.platform,
         "parallel": {"tensor_parallel_size": p.tensor_parallel_size, "pipeline_parallel_size": p.pipeline_parallel_size,
                      "data_parallel_size": p.data_parallel_size},
         "max_model_len": config.model_config.max_model_len,
@@ -211,6 +247,8 @@ def as_json(prediction, model_dir: str) -> dict:
         "num_blocks": prediction.num_blocks,
         "tokens": prediction.tokens,
         "max_concurrency": prediction.max_concurrency,
+        "deployment": _deployment(prediction),
+        "stages": stage_rows(prediction),
         # on vllm-ascend each side is its own plan: "ascend" below
         "stock_bytes_per_worker": (prediction.ascend["stock"].allocated if prediction.ascend else
                                    [side.stock_bytes for side in prediction.sides]),

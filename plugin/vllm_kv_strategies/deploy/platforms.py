@@ -1,0 +1,209 @@
+"""The platform a plan plans for: the card's (``--device``), as vLLM on that
+card would run, else the installed one.
+
+vLLM decides block sizes and attention backends through its
+``current_platform`` (``check_and_update_config``, ``get_attn_backend_cls``,
+``update_block_size_for_backend``): vLLM's CPU build plans the CPU's rules
+(128-token blocks, or 32-token multiples). For a named card, plan makes
+``current_platform`` an instance of vLLM's own platform class for it,
+answering the device queries (capability, name, memory) with the card's facts:
+
+* CUDA: a subclass of vLLM's ``CudaPlatformBase`` (the class
+  ``vllm.platforms.cuda`` picks on a host with NVML) whose capability is the card's;
+* ROCm: vLLM's ``RocmPlatform``, its ``amdsmi`` queries answered with the card's
+  GCN architecture (``gfx942`` for MI300X);
+* Ascend: vllm-ascend's ``NPUPlatform`` (vllm-ascend must be installed; torch_npu
+  is stood in where missing, :mod:`.npu_standin`).
+
+The compiled kernels those platforms import at module level are stood in
+where this machine lacks them (:mod:`.standins`). ``import vllm`` resolves the
+platform once (its ``env_override`` asks for it); plan then replaces it in
+``vllm.platforms`` and in every module that bound it (``from vllm.platforms
+import current_platform``) before anything is planned.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .budget import DEVICES
+
+#: What each platform's vLLM modules import at module level that another platform's build lacks.
+KERNELS = {
+    "cuda": ("vllm._C_stable_libtorch", "vllm.vllm_flash_attn", "tilelang", "deep_gemm"),  # DeepSeek-V4: mHC, indexer
+    "rocm": ("amdsmi", "vllm._rocm_C", "vllm._C_stable_libtorch"),
+}
+
+#: The cards a planned node has: as many as the deployment asks for (vLLM checks a
+#: single node's world size against ``device_count()``).
+NODE_CARDS = 1 << 16
+
+#: The operator namespaces whose kernels a platform's layers look up when built.
+OPS = {"cuda": ("_C", "_C_cache_ops"), "rocm": ("_C", "_C_cache_ops", "_rocm_C")}
+
+
+def planned_kind(device: str | None) -> str | None:
+    """The platform kind of ``--device`` (``cuda``, ``rocm``, ``npu``), or None (none named)."""
+    return DEVICES[device].platform if device in DEVICES else None
+
+
+def installed_kind(platform) -> str:
+    return "npu" if platform.device_type == "npu" else ("rocm" if platform.is_rocm() else platform.device_type)
+
+
+def _cuda(card) -> Any:
+    from .standins import stand_in
+
+    stand_in(*KERNELS["cuda"])
+    from vllm.platforms.cuda import CudaPlatformBase
+    from vllm.platforms.interface import DeviceCapability
+
+    major, minor = card.capability
+
+    class PlannedCudaPlatform(CudaPlatformBase):
+        """vLLM's CUDA platform answering for the card named (no NVML, no CUDA here)."""
+
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0):
+            return DeviceCapability(major=major, minor=minor)
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return card.what
+
+        @classmethod
+        def get_device_total_memory(cls, device_id: int = 0) -> int:
+            return card.bytes
+
+        @classmethod
+        def is_fully_connected(cls, physical_device_ids) -> bool:
+            return True
+
+        @classmethod
+        def log_warnings(cls):
+            return None
+
+        @classmethod
+        def device_count(cls) -> int:
+            return NODE_CARDS
+
+        @classmethod
+        def num_compute_units(cls, device_id: int = 0) -> int:
+            return 1  # sizes kernels' workspaces only (e.g. CUTLASS MLA's), never the KV cache
+
+    return PlannedCudaPlatform()
+
+
+def _rocm(card) -> Any:
+    from .standins import stand_in
+
+    stood = stand_in(*KERNELS["rocm"])
+    if "amdsmi" in stood:
+        amdsmi = sys.modules["amdsmi"]
+        amdsmi.amdsmi_get_processor_handles.return_value = [0]
+        amdsmi.amdsmi_get_gpu_asic_info.return_value = {
+            "target_graphics_version": card.capability, "device_id": "", "market_name": card.what}
+        amdsmi.amdsmi_get_gpu_memory_total.return_value = card.bytes
+    from vllm.platforms.rocm import RocmPlatform
+
+    return RocmPlatform()
+
+
+def _npu(card) -> Any:
+    import importlib.util
+
+    from .npu_standin import npu_platform
+
+    return npu_platform() if importlib.util.find_spec("vllm_ascend") is not None else None
+
+
+def use(device: str | None) -> str:
+    """Make the card's platform vLLM's ``current_platform`` (none named: the
+    installed one stays); returns the line saying which platform is planned and why."""
+    import vllm.platforms
+
+    installed = vllm.platforms.current_platform
+    if device is None:
+        return (f"platform: {installed_kind(installed)} (vLLM's platform in this environment; name a card with "
+                "--device to plan for its platform)")
+    card = DEVICES[device]
+    if installed_kind(installed) == card.platform:
+        return f"platform: {card.platform} (--device {device}: {card.what}; the platform installed here too)"
+    new = {"cuda": _cuda, "rocm": _rocm, "npu": _npu}[card.platform](card)
+    if new is None:  # an Ascend card where vllm-ascend, its platform, is not installed
+        return (f"platform: {installed_kind(installed)} (--device {device} is an Ascend card, and vllm-ascend, its vLLM "
+                "platform, is not installed here: planned on this environment's platform with the card's memory; "
+                "install vllm-ascend for its block sizes)")
+    _INSTALLED.append(installed)
+    if card.platform in OPS:
+        from .standins import lenient_ops, lenient_triton
+
+        lenient_ops(*OPS[card.platform])
+        lenient_triton()
+    _replace(installed, new)
+    capability = (f"compute capability {card.capability[0]}.{card.capability[1]}" if card.platform == "cuda"
+                  else str(card.capability))
+    return (f"platform: {card.platform} (--device {device}: {card.what}, {capability}), vLLM's "
+            f"{type(new).__mro__[1 if card.platform == 'cuda' else 0].__name__} planned from this "
+            f"{installed_kind(installed)} machine: that platform's block sizes and attention backends")
+
+
+_INSTALLED: list[Any] = []
+
+
+def restore() -> None:
+    """The installed platform back as ``current_platform`` after a plan for another card (plan
+    runs in-process in tests and tools)."""
+    if not _INSTALLED:
+        return
+    import vllm.platforms
+
+    _replace(vllm.platforms._current_platform, _INSTALLED.pop())
+
+
+def _replace(old, new) -> None:
+    """``new`` as vLLM's ``current_platform``, in ``vllm.platforms`` and every module that bound ``old``;
+    vLLM's attention-backend choices made for ``old`` forgotten."""
+    import vllm.platforms
+
+    vllm.platforms._current_platform = new
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if namespace is not None and namespace.get("current_platform") is old:
+            namespace["current_platform"] = new
+    selector = sys.modules.get("vllm.v1.attention.selector")  # its backend choices, cached per configuration
+    for name in ("_cached_get_attn_backend", "_cached_get_mamba_attn_backend"):
+        cached = getattr(selector, name, None)
+        if cached is not None and hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+
+
+def prepare(device: str | None, config: dict | None = None) -> None:
+    """Before vLLM is imported: for a multimodal ``config`` (a ``vision_config``
+    or ``audio_config``), the vision packages stood in where missing (its
+    processors import torchvision; the KV cache does not depend on them).
+    Where vllm-ascend is installed, its platform plugin loads for an Ascend
+    card or none named (torch_npu stood in where missing, :mod:`.npu_standin`)
+    and stays out for another platform's card (``VLLM_PLUGINS``: the other
+    plugins, unless the environment sets it)."""
+    import importlib.util
+    import os
+
+    if any(key.endswith(("vision_config", "audio_config")) for key in config or {}):
+        from .standins import stand_in
+
+        stand_in("torchvision")
+
+    if importlib.util.find_spec("vllm_ascend") is None:
+        return
+    if planned_kind(device) in (None, "npu"):
+        from .npu_standin import install
+
+        install()
+        return
+    from importlib.metadata import entry_points
+
+    names = {ep.name for group in ("vllm.platform_plugins", "vllm.general_plugins") for ep in entry_points(group=group)
+             if not ep.value.startswith("vllm_ascend")}
+    os.environ.setdefault("VLLM_PLUGINS", ",".join(sorted(names)))
