@@ -46,7 +46,7 @@ import runner_factory as rf  # noqa: E402
 logging.getLogger("vllm.kv_strategies").setLevel(logging.WARNING)  # no summary lines in the tables
 
 from vllm_kv_strategies import patching  # noqa: E402
-from vllm_kv_strategies.adapters.ascend import AscendAdapter  # noqa: E402
+from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter  # noqa: E402
 from vllm_kv_strategies.errors import KVStrategiesError  # noqa: E402
 from vllm_kv_strategies.report import build_report  # noqa: E402
 

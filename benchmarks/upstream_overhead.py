@@ -50,7 +50,7 @@ def init_ratio(repeats: int) -> list[dict]:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     from vllm_kv_strategies import patching
-    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
+    from vllm_kv_strategies.platforms.upstream.v1 import UpstreamV1Adapter
 
     bf16 = torch.bfloat16
     mla = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=bf16)

@@ -1,7 +1,7 @@
 """The spec-class census: every ``KVCacheSpec`` subclass the installed vLLM (and
 vllm-ascend) define is either served by a strategy whose page equals the spec's
 own, on a sample instance, or refused with a reason
-(``vllm_kv_strategies.strategies.REFUSED_SPEC_CLASSES``). A release that adds a
+(``vllm_kv_strategies.core.strategies.REFUSED_SPEC_CLASSES``). A release that adds a
 spec class fails this census until someone classifies the class.
 
 Used by tests/unit/test_spec_census.py (upstream cells) and
@@ -88,9 +88,9 @@ def sample(cls: type) -> Any:
 def classify(cls: type) -> tuple[str, str]:
     """``("served", strategy name)``, ``("refused", reason)`` or ``("wrapper", "")``;
     raises AssertionError for a class that is neither, or whose page disagrees."""
-    from vllm_kv_strategies.compat.specs import unpadded_page_bytes
-    from vllm_kv_strategies.registry import default_registry
-    from vllm_kv_strategies.strategies import NOT_LAYER_SPECS, REFUSED_SPEC_CLASSES, ModelDims
+    from vllm_kv_strategies.core.specs import unpadded_page_bytes
+    from vllm_kv_strategies.core.registry import default_registry
+    from vllm_kv_strategies.core.strategies import NOT_LAYER_SPECS, REFUSED_SPEC_CLASSES, ModelDims
 
     name = cls.__name__
     if name in NOT_LAYER_SPECS:

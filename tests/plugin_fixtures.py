@@ -21,7 +21,7 @@ import pytest
 import vllm_kv_strategies
 from vllm_kv_strategies import patching
 from vllm_kv_strategies.logger import reset_warn_once
-from vllm_kv_strategies.registry import reset_default_registry
+from vllm_kv_strategies.core.registry import reset_default_registry
 
 PLUGIN_LOGGER = "vllm.kv_strategies"
 

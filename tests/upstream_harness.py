@@ -69,7 +69,7 @@ def make_config(specs: dict, layout: str, memory: int, hf_config=None):
 
 def plan_config(vllm_config, specs: dict, memory: int):
     """The ``KVCacheConfig`` vLLM's own planner makes of ``specs`` in ``memory`` bytes."""
-    from vllm_kv_strategies.compat.specs import kv_cache_planner
+    from vllm_kv_strategies.core.specs import kv_cache_planner
 
     get_kv_cache_groups, get_kv_cache_config_from_groups = kv_cache_planner()
     groups = get_kv_cache_groups(vllm_config, dict(specs))
@@ -120,8 +120,8 @@ def build(
     import vllm.v1.worker.gpu.model_runner as v2_model_runner
 
     from vllm_kv_strategies import patching
-    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
-    from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter
+    from vllm_kv_strategies.platforms.upstream.v1 import UpstreamV1Adapter
+    from vllm_kv_strategies.platforms.upstream.v2 import UpstreamV2Adapter
 
     runner = make_runner(vllm_config, names, shared=shared, forward_context=forward_context, attn_groups=attn_groups)
     config = copy.deepcopy(config)
@@ -147,8 +147,8 @@ def through_adapter(runner, config, *, plugin: bool = True, stock=None, version=
     import vllm.v1.worker.gpu.model_runner as v2_model_runner
 
     from vllm_kv_strategies import patching
-    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
-    from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter
+    from vllm_kv_strategies.platforms.upstream.v1 import UpstreamV1Adapter
+    from vllm_kv_strategies.platforms.upstream.v2 import UpstreamV2Adapter
 
     version = version or RUNNERS[0]
     if version == "v1":

@@ -4,9 +4,9 @@ For each release from 0.11.0rc0 on (``pip index versions vllm-ascend --pre``), d
 pip (a wheel where the index has one, else the sdist, whose metadata is prepared without build
 isolation and without CANN), read ``vllm_ascend/worker/model_runner_v1.py`` out of the archive and
 fingerprint the ``NPUModelRunner`` methods the plugin patches or reads
-(:func:`vllm_kv_strategies.compat.fingerprint.method_fingerprint` over
-:data:`vllm_kv_strategies.compat.ascend_releases.FINGERPRINTED_METHODS`). Prints the
-``FINGERPRINTS`` mapping that :mod:`vllm_kv_strategies.compat.ascend_releases` holds, so that a
+(:func:`vllm_kv_strategies.platforms.fingerprint.method_fingerprint` over
+:data:`vllm_kv_strategies.platforms.ascend.releases.FINGERPRINTED_METHODS`). Prints the
+``FINGERPRINTS`` mapping that :mod:`vllm_kv_strategies.platforms.ascend.releases` holds, so that a
 release with the same code as a cell's release is covered by that cell and any other is not.
 
     python tools/ascend_releases.py [--cache DIR] [--from 0.11.0rc0]
@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "plugin"))
 
 from packaging.version import Version  # noqa: E402
 
-from vllm_kv_strategies.compat.ascend_releases import FINGERPRINTED_METHODS, V2_FINGERPRINTED_FUNCTIONS  # noqa: E402
-from vllm_kv_strategies.compat.fingerprint import method_fingerprint  # noqa: E402
+from vllm_kv_strategies.platforms.ascend.releases import FINGERPRINTED_METHODS, V2_FINGERPRINTED_FUNCTIONS  # noqa: E402
+from vllm_kv_strategies.platforms.fingerprint import method_fingerprint  # noqa: E402
 
 RUNNER_FILE = "vllm_ascend/worker/model_runner_v1.py"
 #: Ascend Model Runner V2's KV cache allocation (0.30+): ``V2_FINGERPRINTS``.

@@ -56,7 +56,7 @@ def check(cell: str) -> int:
     kind, release = cell.split("-", 1)
     vllm = [f"{d} {v}" for d in VLLM_DISTRIBUTIONS if (v := _version(d))]
     installed = _version("vllm-ascend") if kind == "ascend" else (vllm[0].split()[1] if len(vllm) == 1 else None)
-    # The plugin compares base releases (compat.release): 0.23.0.post1 is vllm-ascend 0.23.0.
+    # The plugin compares base releases (versions.release): 0.23.0.post1 is vllm-ascend 0.23.0.
     if installed is None or Version(installed).base_version != release or torch.version.cuda is not None:
         print(f"cell {cell}: the environment holds {', '.join(vllm) or 'no vLLM'}, vllm-ascend "
               f"{_version('vllm-ascend')} and torch {torch.__version__} (CUDA {torch.version.cuda})", file=sys.stderr)

@@ -8,7 +8,7 @@ worker. Importing this package imports neither torch nor vLLM.
 
 from __future__ import annotations
 
-from ._version import __version__
+from vllm_kv_strategies._version import __version__
 
 #: What register() decided in this process: None (not yet), "off", "stock"
 #: (left stock: unsupported release or a failure) or the patched platform.
@@ -44,8 +44,8 @@ def register() -> None:
     import os
     import time
 
-    from . import envs
-    from .logger import PREFIX, announce, error_now, logger
+    from vllm_kv_strategies import envs
+    from vllm_kv_strategies.logger import PREFIX, announce, error_now, logger
 
     try:  # an invalid value is the one error register() lets through
         mode = envs.KV_STRATEGIES
@@ -55,7 +55,7 @@ def register() -> None:
         raise
     if _registered_platform is not None:  # decided already in this process
         return
-    from .distributed import carry_to_ray_workers, check_switch
+    from vllm_kv_strategies.distributed import carry_to_ray_workers, check_switch
 
     carry_to_ray_workers()  # before this process can start Ray workers
     check_switch(mode)
@@ -67,9 +67,10 @@ def register() -> None:
         os.environ["KV_STRATEGIES_RUN_ID"] = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
     _registered_platform = "stock"  # until the adapter is installed
     try:
-        from . import adapters, compat
+        from vllm_kv_strategies import platforms
+        from vllm_kv_strategies.platforms import matrix
 
-        installed = compat.Installed.detect()
+        installed = matrix.Installed.detect()
         if mode == "auto" and not installed.supported:
             announce(
                 logging.WARNING,
@@ -92,14 +93,14 @@ def register() -> None:
             )
         # Patches apply when each runner's module is imported (in workers), and
         # each logs what it replaced then; here they are only armed.
-        runners = " and ".join(dict.fromkeys(t.runner for t in adapters.targets(installed.platform)))
+        runners = " and ".join(dict.fromkeys(t.runner for t in platforms.targets(installed.platform)))
         if mode == "observe":
             announce(logging.INFO, "%s observing (KV_STRATEGIES=observe, %s): stock builds the KV cache of %s; "
                      "the plugin reports it", PREFIX, installed.describe(), runners)
         else:
             announce(logging.INFO, "%s enabled (KV_STRATEGIES=%s, %s): will build the KV cache of %s", PREFIX, mode,
                      installed.describe(), runners)
-        adapters.install(installed.platform)
+        platforms.install(installed.platform)
         _registered_platform = installed.platform
     except Exception as exc:  # vLLM does not catch errors raised by plugins
         announce(logging.WARNING, "%s not active, vLLM's stock KV cache is used: %r", PREFIX, exc)
@@ -108,7 +109,7 @@ def register() -> None:
 def unregister() -> None:
     """Undo :func:`register`: restore the original runner methods."""
     global _registered_platform
-    from . import adapters
+    from vllm_kv_strategies import platforms
 
-    adapters.uninstall()
+    platforms.uninstall()
     _registered_platform = None

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from ._version import __version__
+from vllm_kv_strategies._version import __version__
 
 
 def _progress(message: str) -> None:
@@ -22,7 +22,7 @@ def _progress(message: str) -> None:
 
 def _strategies(_: argparse.Namespace) -> int:
     _progress("strategies: importing vLLM's KV cache spec classes (10-30 s on a CPU) ...")
-    from .registry import default_registry
+    from vllm_kv_strategies.core.registry import default_registry
 
     registry = default_registry()
     for strategy in registry.strategies():
@@ -33,22 +33,20 @@ def _strategies(_: argparse.Namespace) -> int:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from . import compat
-
-    from .compat import ascend_releases
-
-    from .compat import ascend as ascend_facts
-    from .compat import upstream as upstream_facts
+    from vllm_kv_strategies.platforms import matrix as support
+    from vllm_kv_strategies.platforms.ascend import facts as ascend_facts
+    from vllm_kv_strategies.platforms.ascend import releases as ascend_releases
+    from vllm_kv_strategies.platforms.upstream import facts as upstream_facts
 
     def patches(targets) -> list[str]:  # what auto patches there: module.attribute
         return [target.qualified(attribute) for target in targets for attribute in target.attributes]
 
     matrix = {
-        "upstream": [{"vllm": v, "patches": patches(upstream_facts.targets(v))} for v in compat.UPSTREAM_VLLM_RELEASES],
+        "upstream": [{"vllm": v, "patches": patches(upstream_facts.targets(v))} for v in support.UPSTREAM_VLLM_RELEASES],
         "ascend": [
             {"vllm": v, "vllm_ascend": a, "vllm_ascend_pin": ascend_releases.CELL_PINS[a],
              "patches": patches(ascend_facts.targets(ascend_releases.CELL_PINS[a]))}
-            for v, a in compat.ASCEND_RELEASES
+            for v, a in support.ASCEND_RELEASES
         ],
         # every vllm-ascend release on the index, and what auto does with it
         "ascend_releases": [row.as_dict() for row in ascend_releases.index_table()],
@@ -56,7 +54,7 @@ def _matrix(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(matrix))
         return 0
-    print(compat.supported_releases())
+    print(support.supported_releases())
     for cell in matrix["ascend"]:
         print(f"  vllm-ascend {cell['vllm_ascend_pin']} patches: {', '.join(cell['patches'])}")
     print("\nvllm-ascend releases on the package index (auto patches 'own cell' and 'same code as cell'):")
@@ -72,7 +70,7 @@ def _check_patch_target(target: Any) -> bool:
     the plugin replaces; True when all are there."""
     import importlib
 
-    from .patching import owner_and_name
+    from vllm_kv_strategies.patching import owner_and_name
 
     quiet = "VLLM_LOGGING_LEVEL" not in os.environ  # vLLM's INFO lines at import would bury the answer
     _progress(f"doctor: importing {target.module} (10-30 s on a CPU) ...")
@@ -129,7 +127,7 @@ def _check_vllm_command() -> None:
 
 def _v2_mismatch(installed: Any) -> str | None:
     """Why ``auto`` would leave the installed upstream V2 stock (its code is not what its cell proved)."""
-    from .compat import upstream as facts
+    from vllm_kv_strategies.platforms.upstream import facts
 
     return facts.v2_code_mismatch(installed.vllm) if installed.platform == "upstream" else None
 
@@ -141,9 +139,10 @@ def _doctor(args: argparse.Namespace) -> int:
     installed runner class."""
     from importlib.metadata import entry_points
 
-    from . import adapters, compat, envs
+    from vllm_kv_strategies import envs, platforms
+    from vllm_kv_strategies.platforms import matrix as support
 
-    installed = compat.Installed.detect()
+    installed = support.Installed.detect()
     print(f"vllm-kv-strategies {__version__}")
     for name in ("vllm", "vllm_ascend", "torch", "torch_npu"):
         print(f"  {name:12} {getattr(installed, name) or 'not installed'}")
@@ -158,11 +157,11 @@ def _doctor(args: argparse.Namespace) -> int:
     _check_vllm_command()
     print(f"platform: {installed.platform}; proven by the plugin's tests: {'yes' if installed.supported else 'no'} "
           f"({installed.coverage()})")
-    checked = {t.name: _check_patch_target(t) for t in adapters.targets(installed.platform)}
+    checked = {t.name: _check_patch_target(t) for t in platforms.targets(installed.platform)}
     targets_ok = all(checked.values())
     choice = None
     if installed.platform == "upstream":
-        from .compat.runners import runner_choice
+        from vllm_kv_strategies.platforms.upstream.runners import runner_choice
 
         choice = runner_choice(args.engine_args, installed.vllm)
         if choice.cannot_start:
@@ -200,7 +199,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     """Exit 0: rendered; 1: ``report DIR`` flagged a rank; 2: a path is not a
     readable report (one line on stderr)."""
-    from .report import plan_file, render, schema
+    from vllm_kv_strategies.report import plan_file, render, schema
 
     def one(path: str) -> tuple[str, dict]:
         if not os.path.isdir(path):
@@ -285,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                        "(plan MODEL_DIR [vLLM engine arguments] [--json OUT]; plan --help for its options)")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["plan"]:  # its arguments are vLLM's engine arguments, parsed by vLLM's own parser
-        from .deploy.cli import run
+        from vllm_kv_strategies.deploy.cli import run
 
         return run(argv[1:])
     args = parser.parse_args(argv)

@@ -23,8 +23,8 @@ import os
 import socket
 import sys
 
-from . import envs
-from .logger import PREFIX, announce
+from vllm_kv_strategies import envs
+from vllm_kv_strategies.logger import PREFIX, announce
 
 #: vLLM's list of extra variable names its Ray executor copies to workers (``vllm.envs``).
 RAY_EXTRA_ENV_VARS = "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"

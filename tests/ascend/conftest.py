@@ -45,7 +45,7 @@ if not AVAILABLE:
         return _UnavailableModule.from_parent(parent, path=module_path)
 
 else:
-    from vllm_kv_strategies.compat import release
+    from vllm_kv_strategies.platforms.matrix import release
 
     ASCEND_VERSION = importlib.metadata.version("vllm-ascend")  # as installed: 0.23.0.post1
     ASCEND_RELEASE = release(ASCEND_VERSION)  # what the plugin compares: 0.23.0

@@ -114,7 +114,7 @@ def stock_v2(mk: rf.ModelKV, shared: dict[str, str] | None = None, **runner_kwar
 @contextlib.contextmanager
 def plugin_patched():
     """The plugin's V2 allocation adapter patched into ``attn_utils`` for the duration."""
-    from vllm_kv_strategies.adapters.ascend_v2 import AscendV2AllocationAdapter  # noqa: PLC0415
+    from vllm_kv_strategies.platforms.ascend.runner_v2 import AscendV2AllocationAdapter  # noqa: PLC0415
 
     adapter, module = AscendV2AllocationAdapter(), attn_utils()
     assert adapter.patch(module)

@@ -17,7 +17,7 @@ import runner_factory as rf
 from vllm.v1.kv_cache_interface import AttentionSpec
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
+from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
 
 
 def stock_init(runner, config):
@@ -40,10 +40,10 @@ def refused_before_allocating(runner, config, error: type[BaseException], monkey
     :func:`plugin_init`), which must raise ``error`` with no raw buffer allocated (the layout
     code's ``allocate_bytes`` is watched for the rest of the test); returns the exception."""
     import pytest
-    from vllm_kv_strategies.adapters import ascend as ascend_adapter
+    from vllm_kv_strategies.platforms.ascend import allocate as ascend_alloc
 
     allocated: list = []
-    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *args: allocated.append(args))
+    monkeypatch.setattr(ascend_alloc, "allocate_bytes", lambda *args: allocated.append(args))
     stock = patching.original(rf.NPUModelRunner, rf.stock_initializer(runner))
     with pytest.raises(error) as raised:
         AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(config), **rf.stock_kwargs(runner, config))
@@ -202,7 +202,7 @@ class Built:
 def vllm_bound(bound: Any) -> Any:
     """What a module's ``kv_cache`` holds as vLLM's ``bind_kv_cache`` sets it, unwrapped: vLLM
     0.11 - 0.18 bind ``[cache]`` (one per virtual engine), 0.23 the cache itself."""
-    from vllm_kv_strategies.compat import ascend as facts
+    from vllm_kv_strategies.platforms.ascend import facts
 
     if facts.binds_per_virtual_engine():
         return bound[0] if isinstance(bound, list) and len(bound) == 1 else None

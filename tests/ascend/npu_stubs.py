@@ -129,7 +129,7 @@ def install(version: str = "0.23.0", *, import_ops: bool = True) -> None:
     as its base release: 0.23.0.post1 is 0.23.0, 0.30.0rc2 is 0.30.0); then (0.23) import
     ``vllm_ascend.ops``."""
     global _installed_version, STUB_ROOTS
-    # packaging directly, not compat.release: tools/make_venv_ascend.sh runs this before the plugin is installed.
+    # packaging directly, not versions.release: tools/make_venv_ascend.sh runs this before the plugin is installed.
     from packaging.version import Version
 
     version = Version(version).base_version

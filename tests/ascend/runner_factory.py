@@ -38,7 +38,7 @@ imports; vLLM 0.11's needs triton), the hybrid attention block size / Mamba page
 release's patched ``HybridAttentionMambaModelConfig`` (0.11 / 0.13: attention page >= Mamba
 page, Mamba padded to it; 0.18+: K page == ssm page, padded page = 2 K pages + conv), and the
 groups + tensors from vLLM's planner (``get_kv_cache_groups`` + ``get_kv_cache_config_from_groups``
-through ``compat.specs.kv_cache_planner()``, the two planning steps of ``get_kv_cache_configs``, with
+through ``core.specs.kv_cache_planner()``, the two planning steps of ``get_kv_cache_configs``, with
 ``num_gpu_blocks_override`` = the requested ``num_blocks``; the max-model-len memory check of
 ``get_kv_cache_configs`` is skipped so that any small ``num_blocks`` works).
 
@@ -88,8 +88,8 @@ from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.attention.sfa_v1 import AscendSFABackend
 from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
 
-from vllm_kv_strategies import compat
-from vllm_kv_strategies.compat.specs import kv_cache_planner
+from vllm_kv_strategies.versions import release
+from vllm_kv_strategies.core.specs import kv_cache_planner
 
 __all__ = [
     "ASCEND_VERSION",
@@ -124,8 +124,8 @@ __all__ = [
 ]
 
 ASCEND_VERSION = importlib.metadata.version("vllm-ascend")  # as installed: 0.23.0.post1
-#: (major, minor) of the base release, as the plugin compares releases (compat.release).
-RELEASE = tuple(int(x) for x in compat.release(ASCEND_VERSION).split(".")[:2])
+#: (major, minor) of the base release, as the plugin compares releases (versions.release).
+RELEASE = tuple(int(x) for x in release(ASCEND_VERSION).split(".")[:2])
 if RELEASE >= (0, 30):
     # 0.30's model_runner_v1 no longer imports them; a worker process applies both
     # (vllm_ascend.utils.adapt_patch): the planner (patch_kv_cache_utils) and the binder
@@ -1074,13 +1074,13 @@ def _qwen3_next_model_class():
 
 @contextlib.contextmanager
 def installed_plugin_sizing():
-    """The plugin's hybrid page sizing (``compat.ascend.HYBRID_SIZING``) installed on this
+    """The plugin's hybrid page sizing (``platforms.ascend.targets.HYBRID_SIZING``) installed on this
     release's ``HybridAttentionMambaModelConfig`` while the block runs, the way ``register()``
     installs it (its adapter's ``patch`` on vllm-ascend's ``patch_mamba_config`` module), and
     removed after unless it was installed before. Yields whether the release has one (0.11,
     0.13); elsewhere nothing is patched."""
-    from vllm_kv_strategies.adapters import adapter_for  # noqa: PLC0415
-    from vllm_kv_strategies.compat import ascend as facts  # noqa: PLC0415
+    from vllm_kv_strategies.platforms.install import adapter_for  # noqa: PLC0415
+    from vllm_kv_strategies.platforms.ascend import facts  # noqa: PLC0415
 
     target = facts.hybrid_sizing_target()
     if target is None:

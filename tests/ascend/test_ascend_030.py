@@ -9,7 +9,7 @@ vllm-ascend's patched planner (runner_factory).
   groups, every layer private), MLA nope / rope, Mamba states after each
   other, with and without KV transfer (2 MiB aligned buffers);
 * what it refuses by name before allocating (stock builds it): padded attention pages, sparse attention and
-  every feature :func:`~vllm_kv_strategies.compat.ascend_strided.unbuilt_layout_reason`
+  every feature :func:`~vllm_kv_strategies.platforms.ascend.strided.unbuilt_layout_reason`
   names;
 * stock's new arguments (``kernel_block_sizes``, ``kv_cache_allocation_context``)
   reach stock on the fallback, and the plugin allocates inside sleep mode's
@@ -33,9 +33,9 @@ import runner_factory as rf
 import stock_cases_030 as cases
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters import ascend as ascend_adapter
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
-from vllm_kv_strategies.compat import ascend as facts
+from vllm_kv_strategies.platforms.ascend import allocate as ascend_alloc
+from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
+from vllm_kv_strategies.platforms.ascend import facts
 from vllm_kv_strategies.errors import UnsupportedSpecError
 
 pytestmark = pytest.mark.skipif(rf.RELEASE != (0, 30), reason="vllm-ascend 0.30's strided KVCacheTensor form only")
@@ -160,7 +160,7 @@ def test_padded_hybrid_stock_would_corrupt_is_refused_in_every_mode(mode, monkey
 def test_padded_pages_outside_a_hybrid_are_refused_by_name_before_allocating(monkeypatch):
     mk = cases.padded_dense()
     runner = mk.make_runner()
-    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
+    monkeypatch.setattr(ascend_alloc, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
     stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
     with pytest.raises(UnsupportedSpecError, match=r"padded attention pages of FullAttentionSpec \(FullAttentionSpec\)"):
         AscendAdapter().initialize_kv_cache_tensors(stock, runner, copy.deepcopy(mk.kv_cache_config),
@@ -210,13 +210,13 @@ def test_the_plugin_allocates_inside_sleep_modes_pool(monkeypatch):
     mk = cases.sliding()
     runner = mk.make_runner()
     pool = Pool()
-    real = ascend_adapter.allocate_bytes
+    real = ascend_alloc.allocate_bytes
 
     def allocate(nbytes, device, layer):
         pool.inside.append((layer, pool.active))
         return real(nbytes, device, layer)
 
-    monkeypatch.setattr(ascend_adapter, "allocate_bytes", allocate)
+    monkeypatch.setattr(ascend_alloc, "allocate_bytes", allocate)
     stock = patching.original(rf.NPUModelRunner, "initialize_kv_cache_tensors")
     config = copy.deepcopy(mk.kv_cache_config)
     AscendAdapter().initialize_kv_cache_tensors(

@@ -37,10 +37,10 @@ import zoo_models as zm
 
 import vllm_kv_strategies
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters import ascend as ascend_adapter
-from vllm_kv_strategies.adapters.ascend_v2 import AscendV2Adapter, AscendV2AllocationAdapter
-from vllm_kv_strategies.compat import ascend as facts
-from vllm_kv_strategies.compat import ascend_releases, ascend_v2
+from vllm_kv_strategies.platforms.ascend import allocate as ascend_alloc
+from vllm_kv_strategies.platforms.ascend.runner_v2 import AscendV2Adapter, AscendV2AllocationAdapter
+from vllm_kv_strategies.platforms.ascend import facts
+from vllm_kv_strategies.platforms.ascend import releases as ascend_releases, v2_layout as ascend_v2
 from vllm_kv_strategies.errors import StockWouldFailError, UnsupportedSpecError
 
 pytestmark = pytest.mark.skipif(rf.RELEASE != (0, 30), reason="vllm-ascend 0.30's Model Runner V2 only")
@@ -114,7 +114,7 @@ def test_the_plugin_allocates_nothing_for_what_it_refuses(monkeypatch):
     stock = f2.stock_v2(mk)
     a, b = stock["model.layers.0.linear_attn"], stock["model.layers.1.linear_attn"]
     assert [t.data_ptr() for t in a] == [t.data_ptr() for t in b]  # stock V2 aliases the two layers
-    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
+    monkeypatch.setattr(ascend_alloc, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
     with pytest.raises(UnsupportedSpecError, match=r"the strategies do not build the Ascend Model Runner V2 layouts "
                        r"of a Mamba-only model \(stock V2 gives every layer of a KV cache tensor the same states\)"):
         f2.plugin_v2(mk)
@@ -370,13 +370,13 @@ def test_vllm_init_kv_cache_builds_binds_and_allocates_inside_the_pool(monkeypat
     monkeypatch.setenv("KV_STRATEGIES_REPORT", str(tmp_path))
     mk = cases.sliding()
     runner = f2.v2_runner(mk)
-    pool, real = Pool(), ascend_adapter.allocate_bytes
+    pool, real = Pool(), ascend_alloc.allocate_bytes
 
     def allocate(nbytes, device, layer):
         pool.inside.append(pool.active)
         return real(nbytes, device, layer)
 
-    monkeypatch.setattr(ascend_adapter, "allocate_bytes", allocate)
+    monkeypatch.setattr(ascend_alloc, "allocate_bytes", allocate)
     forward_context = runner.vllm_config.compilation_config.static_forward_context
     kernel = rf.kernel_block_sizes(runner, mk.kv_cache_config)
     with f2.plugin_patched(), set_current_vllm_config(runner.vllm_config):
@@ -536,7 +536,7 @@ def test_packed_main_caches_without_sfa_in_the_model_config_stay_refused_stock_v
     mk = rf.deepseek_v32(num_blocks=4, num_layers=3, sfa_c8=True)
     with pytest.raises(ValueError, match=r"KV cache for model.layers.0.self_attn.attn is not a whole number of pages"):
         f2.stock_v2(mk)
-    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
+    monkeypatch.setattr(ascend_alloc, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
     with pytest.raises(UnsupportedSpecError, match=r"the strategies do not build the Ascend Model Runner V2 layouts of "
                        r"packed SFA main caches without sparse attention \(SFA\) in the model config \(stock V2 splits "
                        r"them as MLA\) \(AscendMLAAttentionSpec, AscendSFAIndexerCacheSpec\)"):

@@ -30,10 +30,10 @@ import worker_030 as w
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from vllm_kv_strategies.adapters import ascend as ascend_adapter
-from vllm_kv_strategies.adapters import ascend_overlay
-from vllm_kv_strategies.adapters.ascend_budget import TRANSFER_ALIGNMENT, decision_of, overlay_committed
-from vllm_kv_strategies.compat import ascend as facts
+from vllm_kv_strategies.platforms.ascend import runner as ascend_adapter
+from vllm_kv_strategies.platforms.ascend import overlay as ascend_overlay
+from vllm_kv_strategies.platforms.ascend.budget import TRANSFER_ALIGNMENT, decision_of, overlay_committed
+from vllm_kv_strategies.platforms.ascend import facts
 from vllm_kv_strategies.errors import KVBudgetExceededError, KVCacheLayoutError, UnscaledBudgetError
 
 pytestmark = pytest.mark.skipif(rf.RELEASE != (0, 30), reason="vllm-ascend 0.30's worker budget step only")
@@ -155,7 +155,7 @@ def calls_in(fn) -> list[tuple[object, str]]:
 
 def refusal_sites() -> list[tuple[object, str]]:
     """Every function the allocation's planning calls (``AscendAdapter.plan_runner`` and its
-    :func:`overlay_plan`): release facts (``compat.ascend``) and the adapters' module functions.
+    :func:`overlay_plan`): release facts (``platforms.ascend.facts``) and the adapters' module functions.
     Each may refuse; a site added to either is covered here without editing this list."""
     return list(dict.fromkeys(calls_in(ascend_adapter.AscendAdapter.plan_runner) + calls_in(ascend_overlay.overlay_plan)))
 
@@ -167,17 +167,17 @@ def site_id(site) -> str:
 
 #: Sites of the planning that the overlay's path does not call (forcing them changes nothing there).
 OFF_THE_OVERLAY_PATH = {
-    "ascend.hybrid_corruption": "hybrids (Mamba + attention) only",
-    "ascend.legacy_sparse_form": "sparse attention (use_sparse) runners only",
-    "ascend.overlay_wanted": "not asked once the budget step committed the overlay",
-    "ascend.normalize_legacy_specs": "legacy sparse forms only (0.11-0.13 DeepSeek V3.2)",
-    "ascend.restate_bsh": "the BSH int8 layout only",
-    "ascend.plan_layout": "the per-layer (non-overlay) layouts",
-    "ascend.release_before": "the per-layer (non-overlay) layouts",
-    "ascend.interleaved_kv_layers": "the per-layer (non-overlay) layouts",
-    "ascend.coallocated_groups": "the per-layer (non-overlay) layouts",
-    "ascend.mamba_states_interleaved": "the per-layer (non-overlay) layouts",
-    "ascend.stock_shares_hybrid_tensors": "the per-layer (non-overlay) layouts",
+    "facts.hybrid_corruption": "hybrids (Mamba + attention) only",
+    "facts.legacy_sparse_form": "sparse attention (use_sparse) runners only",
+    "runner.overlay_wanted": "not asked once the budget step committed the overlay",
+    "runner.normalize_legacy_specs": "legacy sparse forms only (0.11-0.13 DeepSeek V3.2)",
+    "runner.restate_bsh": "the BSH int8 layout only",
+    "runner.plan_layout": "the per-layer (non-overlay) layouts",
+    "runner.release_before": "the per-layer (non-overlay) layouts",
+    "facts.interleaved_kv_layers": "the per-layer (non-overlay) layouts",
+    "facts.coallocated_groups": "the per-layer (non-overlay) layouts",
+    "facts.mamba_states_interleaved": "the per-layer (non-overlay) layouts",
+    "facts.stock_shares_hybrid_tensors": "the per-layer (non-overlay) layouts",
 }
 SITES = [s for s in refusal_sites() if site_id(s) not in OFF_THE_OVERLAY_PATH]
 
@@ -289,7 +289,7 @@ def test_stocks_build_beyond_kv_cache_memory_bytes_raises_before_allocating(monk
     mk = gpt_oss_like()
     backing = mk.kv_cache_config.kv_cache_tensors[0].size
     runner = runner_for(paged_attention=True, kv_cache_memory_bytes=backing)(mk.kv_cache_config)
-    from vllm_kv_strategies.adapters.ascend_budget import BudgetDecision, record
+    from vllm_kv_strategies.platforms.ascend.budget import BudgetDecision, record
 
     record(runner, BudgetDecision(backing, backing, overlay=False))  # the worker's step recorded its budget
     allocated = []
@@ -400,17 +400,17 @@ def test_ascend_v2_keeps_stocks_scale_where_it_would_refuse_the_overlay(monkeypa
 
 def v2_refusal_sites() -> list[tuple[object, str]]:
     """Every function Ascend V2's allocation planning (``plan_v2``) calls."""
-    from vllm_kv_strategies.adapters import ascend_v2 as adapter_v2
+    from vllm_kv_strategies.platforms.ascend import runner_v2 as adapter_v2
 
     return calls_in(adapter_v2.AscendV2AllocationAdapter.plan_v2)
 
 
 #: V2 planning calls the overlay's path does not make.
 V2_OFF_THE_OVERLAY_PATH = {
-    "ascend_v2.unbuilt_reason": "the per-layer (non-overlay) layouts",
-    "ascend_v2.plan_layout": "the per-layer (non-overlay) layouts",
-    "ascend.private_layer_config": "the per-layer (non-overlay) layouts",
-    "ascend_v2.hybrid_stride_misfit": "hybrids (the overlay checks its strides in overlay_refusal)",
+    "v2_layout.unbuilt_reason": "the per-layer (non-overlay) layouts",
+    "runner_v2.plan_layout": "the per-layer (non-overlay) layouts",
+    "facts.private_layer_config": "the per-layer (non-overlay) layouts",
+    "v2_layout.hybrid_stride_misfit": "hybrids (the overlay checks its strides in overlay_refusal)",
 }
 V2_SITES = [s for s in v2_refusal_sites() if site_id(s) not in V2_OFF_THE_OVERLAY_PATH]
 
@@ -424,7 +424,7 @@ def test_every_v2_site_is_forced_or_declared_off_the_overlay_path():
 def test_a_refusal_after_an_unscaled_budget_step_never_reaches_stock_v2(site, monkeypatch):
     """As on V1: the V2 runner's budget left whole, then a site of V2's planning refuses:
     UnscaledBudgetError in auto, nothing allocated."""
-    from vllm_kv_strategies.adapters import ascend_v2 as adapter_v2
+    from vllm_kv_strategies.platforms.ascend import runner_v2 as adapter_v2
 
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     owner, name = site

@@ -13,7 +13,7 @@ import torch
 import kv_compare as kc
 import runner_factory as rf
 
-from vllm_kv_strategies.strategies import C8MXFPStrategy, ModelDims, QuantAttentionStrategy
+from vllm_kv_strategies.core.strategies import C8MXFPStrategy, ModelDims, QuantAttentionStrategy
 
 pytestmark = pytest.mark.skipif(rf.RELEASE != (0, 30), reason="vllm-ascend 0.30's C8 MXFP KV cache only")
 

@@ -55,7 +55,7 @@ from kv_compare import stock_init
 import kv_compare as kc
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
+from vllm_kv_strategies.platforms.ascend.runner import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.report import build_report
 
 MODELS = {
@@ -209,7 +209,7 @@ def _corrupt_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table):
 def _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table):
     """0.30, a config the plugin does not build: in ``on`` UnsupportedSpecError naming the
     feature before anything is allocated or bound; in ``auto`` stock's build, one warning."""
-    from vllm_kv_strategies.adapters import ascend as ascend_adapter
+    from vllm_kv_strategies.platforms.ascend import allocate as ascend_alloc
     from vllm_kv_strategies.errors import UnsupportedSpecError
 
     features, plain, buffers = REFUSED_030[name]
@@ -221,8 +221,8 @@ def _refused_030(name, model, kv_transfer, monkeypatch, kv_log, bytes_table):
     assert stock_bytes == plain + (TRANSFER_ALIGNMENT * buffers if kv_transfer else 0)
 
     allocated = []
-    real_allocate = ascend_adapter.allocate_bytes
-    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a, **k: allocated.append(a) or real_allocate(*a, **k))
+    real_allocate = ascend_alloc.allocate_bytes
+    monkeypatch.setattr(ascend_alloc, "allocate_bytes", lambda *a, **k: allocated.append(a) or real_allocate(*a, **k))
     on_runner = model.make_runner(kv_transfer=kv_transfer)
     with pytest.raises(UnsupportedSpecError) as raised:
         ours_init(on_runner, copy.deepcopy(config))

@@ -1,4 +1,4 @@
-"""Each vllm-ascend release difference that ``vllm_kv_strategies.compat.ascend`` records (and the
+"""Each vllm-ascend release difference that ``vllm_kv_strategies.platforms.ascend.facts`` records (and the
 kind semantics the strategies derive from it), tested on
 the installed release (0.11.0, 0.13.0, 0.18.0 or 0.23.0) against that release's real classes,
 with exact numbers; pure translations are also checked for every release's value.
@@ -41,18 +41,18 @@ from vllm.config.kv_transfer import KVTransferConfig
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
-from vllm_kv_strategies.compat import ascend as facts
-from vllm_kv_strategies.compat import specs
+from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
+from vllm_kv_strategies.platforms.ascend import facts
+from vllm_kv_strategies.core import specs
 from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
-from vllm_kv_strategies.layout.ascend import crosses_blocks, shares_block_consistently
-from vllm_kv_strategies.layout.hybrid_kv import states_in_kv_page
-from vllm_kv_strategies.strategies.base import require_dense_page
-from vllm_kv_strategies.strategies.mla import mla_spec_types
-from vllm_kv_strategies.strategies.sparse_mla import legacy_sparse_mla, normalize_legacy_specs
-from vllm_kv_strategies.plan import plan_kv_cache
-from vllm_kv_strategies.registry import default_registry
-from vllm_kv_strategies.strategies import ModelDims
+from vllm_kv_strategies.platforms.ascend.layout.buffers import crosses_blocks, shares_block_consistently
+from vllm_kv_strategies.platforms.ascend.layout.hybrid_kv import states_in_kv_page
+from vllm_kv_strategies.core.strategies.base import require_dense_page
+from vllm_kv_strategies.core.strategies.mla import mla_spec_types
+from vllm_kv_strategies.core.strategies.sparse_mla import legacy_sparse_mla, normalize_legacy_specs
+from vllm_kv_strategies.core.plan import plan_kv_cache
+from vllm_kv_strategies.core.registry import default_registry
+from vllm_kv_strategies.core.strategies import ModelDims
 
 R = rf.RELEASE
 BF16 = torch.bfloat16

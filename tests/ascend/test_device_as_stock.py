@@ -30,7 +30,7 @@ import runner_factory as rf
 import torch
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
+from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
 
 R = rf.RELEASE
 ON_030 = R >= (0, 30)

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from importlib.metadata import version
 
-from vllm_kv_strategies.compat import ascend as facts
-from vllm_kv_strategies.compat import release
+from vllm_kv_strategies.platforms.ascend import facts
+from vllm_kv_strategies.platforms.matrix import release
 from vllm_kv_strategies.__main__ import main
 
 ASCEND = version("vllm-ascend")

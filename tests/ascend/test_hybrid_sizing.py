@@ -7,7 +7,7 @@ then cannot share a tensor's bytes with the Mamba states block by block, and it 
 its own: 2x the planner's budget (stock 0.11 allocates 4x). The plugin therefore does two things:
 
 * **sizing** (front-end process, ``HybridAttentionMambaModelConfig.verify_and_update_config``,
-  ``compat.ascend.HYBRID_SIZING``): vllm-ascend's sizing runs first, then the block becomes
+  ``platforms.ascend.targets.HYBRID_SIZING``): vllm-ascend's sizing runs first, then the block becomes
   ssm bytes / K bytes per token (a K page is the ssm state, a multiple of the 128-token kernel
   block: TP1 1024, TP4 512, TP8 256) and the Mamba page is padded to 2 K pages;
 * **layout** (workers, ``layout.ascend.states_in_kv_page``): K at ``[0, N*K)``, V at
@@ -51,15 +51,15 @@ from hypothesis import strategies as st
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
 import vllm_kv_strategies
-from vllm_kv_strategies import adapters, patching
-from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
-from vllm_kv_strategies.adapters.ascend_sizing import HybridSizingAdapter
-from vllm_kv_strategies.compat import ascend as facts
+from vllm_kv_strategies import platforms, patching
+from vllm_kv_strategies.platforms.ascend.runner import TRANSFER_ALIGNMENT, AscendAdapter
+from vllm_kv_strategies.platforms.ascend.sizing import HybridSizingAdapter
+from vllm_kv_strategies.platforms.ascend import facts
 from vllm_kv_strategies.errors import BeyondConfigError, KVCacheLayoutError, StockWouldCorruptError
-from vllm_kv_strategies.layout.ascend import shares_block_consistently
-from vllm_kv_strategies.layout.hybrid_kv import kv_block_sizing, states_in_kv_page
-from vllm_kv_strategies.plan import plan_kv_cache
-from vllm_kv_strategies.strategies import ModelDims, PagePart
+from vllm_kv_strategies.platforms.ascend.layout.buffers import shares_block_consistently
+from vllm_kv_strategies.platforms.ascend.layout.hybrid_kv import kv_block_sizing, states_in_kv_page
+from vllm_kv_strategies.core.plan import plan_kv_cache
+from vllm_kv_strategies.core.strategies import ModelDims, PagePart
 
 R = rf.RELEASE
 SIZED = R in ((0, 11), (0, 13))
@@ -185,8 +185,8 @@ def test_sizing_is_declared_for_0_11_and_0_13_only(release):
 
 
 def test_installed_release_targets():
-    assert adapters.targets("ascend") == facts.targets()
-    assert (facts.HYBRID_SIZING in adapters.targets("ascend")) is SIZED
+    assert platforms.targets("ascend") == facts.targets()
+    assert (facts.HYBRID_SIZING in platforms.targets("ascend")) is SIZED
     target = facts.HYBRID_SIZING
     assert target.why and target.mirrors and target.remove_when and "0.18" in target.mirrors
 
@@ -306,7 +306,7 @@ def test_a_block_size_the_user_set_is_left_to_vllm_ascend(user_block, kv_log):
 def test_other_model_types_and_stock_only_configs_keep_stock_sizing(monkeypatch, kv_log):
     """The sizing is limited to model types whose kernels were checked (``qwen3_next``; the
     platform resets other hybrids to 128 anyway) and to plain K/V pages (
-    ``compat.ascend.sizing_refusal``)."""
+    ``platforms.ascend.facts.sizing_refusal``)."""
 
     def sized(**kwargs):
         notes = rf.qwen3_next(tp=4, num_blocks=2, plugin_sizing=True, **kwargs).notes
@@ -337,7 +337,7 @@ def test_a_block_size_the_kernels_cannot_take_keeps_stock_with_one_warning(kv_lo
 
 @needs_sizing
 def test_an_unexpected_sizing_error_warns_in_auto_and_raises_in_on(monkeypatch, kv_log):
-    from vllm_kv_strategies.adapters import ascend_sizing
+    from vllm_kv_strategies.platforms.ascend import sizing as ascend_sizing
 
     def broken(vllm_config):
         raise RuntimeError("model class without Mamba state shapes")

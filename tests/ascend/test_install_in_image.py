@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from vllm_kv_strategies import compat
-from vllm_kv_strategies.compat import release
+from vllm_kv_strategies.platforms import matrix
+from vllm_kv_strategies.platforms.matrix import release
 
 REPO = Path(__file__).resolve().parents[2]
 ASCEND = version("vllm-ascend")
-NEWEST = max((a for _, a in compat.ASCEND_RELEASES), key=Version)
+NEWEST = max((a for _, a in matrix.ASCEND_RELEASES), key=Version)
 newest_cell_only = pytest.mark.skipif(
     release(ASCEND) != NEWEST, reason=f"runs in the newest Ascend cell, ascend-{NEWEST}, to keep CI's time (about 75 s)"
 )

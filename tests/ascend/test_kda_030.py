@@ -5,7 +5,7 @@
 
 * KDA beside full attention: one backing, each layer a region at ``offset + l * layer_stride``,
   KDA states page by page, attention K|V interleaved per kernel block; the ``mamba`` kind builds
-  it byte for byte as stock (``layout/strided.py`` regions, ``compat/ascend_strided.py``).
+  it byte for byte as stock (``core/strided.py`` regions, ``platforms/ascend/strided.py``).
 * KDA alone: state after state per layer, as stock (which fails for layers not named
   ``linear_attn``).
 * KDA beside MLA (Kimi-Linear, ``KimiLinearForCausalLM``): stock 0.30 puts the MLA layer's nope

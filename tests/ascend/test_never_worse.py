@@ -19,7 +19,7 @@ import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 
 from kv_compare import plugin_init, stock_init
-from vllm_kv_strategies.adapters import ascend as ascend_adapter
+from vllm_kv_strategies.platforms.ascend import runner as ascend_adapter
 from vllm_kv_strategies.errors import ModelLayerMismatchError
 
 BF16 = torch.bfloat16

@@ -20,8 +20,8 @@ import kv_compare as kc
 import runner_factory as rf
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
-from vllm_kv_strategies.adapters.ascend_overlay import OVERLAY_BUDGET, MultiGroupBudgetAdapter
+from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
+from vllm_kv_strategies.platforms.ascend.worker_budget import OVERLAY_BUDGET, MultiGroupBudgetAdapter
 from vllm_kv_strategies.errors import UnscaledBudgetError
 
 pytestmark = pytest.mark.skipif(rf.RELEASE != (0, 30), reason="vllm-ascend 0.30's multi-group budget only")

@@ -1,5 +1,5 @@
 """register() on vllm-ascend: the installed release's NPUModelRunner KV cache methods
-(``compat.ascend.target()``: 0.13+ the initialisation and its two halves, 0.11 its three
+(``platforms.ascend.facts.target()``: 0.13+ the initialisation and its two halves, 0.11 its three
 complete initialisations) are replaced on the class that defines them, reversibly; ``off``
 never touches it."""
 
@@ -13,9 +13,9 @@ import runner_factory as rf
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 import vllm_kv_strategies
-from vllm_kv_strategies import adapters, patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
-from vllm_kv_strategies.compat import ascend as facts
+from vllm_kv_strategies import platforms, patching
+from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
+from vllm_kv_strategies.platforms.ascend import facts
 
 TARGET = facts.target()
 METHODS = tuple(attribute.removeprefix("NPUModelRunner.") for attribute in TARGET.attributes)
@@ -37,7 +37,7 @@ def originals(monkeypatch):
 def test_target_is_the_installed_releases_methods():
     expected = facts.THREE_INITS if rf.RELEASE < (0, 13) else facts.SPLIT_INIT
     # then, on 0.11 / 0.13, the hybrid page sizing (test_hybrid_sizing)
-    assert TARGET == expected == adapters.targets("ascend")[0] and AscendAdapter().target == expected
+    assert TARGET == expected == platforms.targets("ascend")[0] and AscendAdapter().target == expected
     assert all(m in NPU.__dict__ for m in METHODS)
     assert issubclass(NPU, GPUModelRunner) == (rf.RELEASE >= (0, 13))  # 0.11 does not subclass it
 
@@ -210,8 +210,8 @@ def test_installed_runner_code_has_the_published_fingerprint():
     check agree, and this cell's release is the one its row names."""
     from importlib.metadata import version
 
-    from vllm_kv_strategies.compat import ascend_releases as rel
-    from vllm_kv_strategies.compat.fingerprint import module_fingerprint
+    from vllm_kv_strategies.platforms.ascend import releases as rel
+    from vllm_kv_strategies.platforms.fingerprint import module_fingerprint
 
     installed = version("vllm-ascend")
     module = __import__(TARGET.module, fromlist=["NPUModelRunner"])
@@ -226,7 +226,7 @@ def test_a_changed_install_stays_stock_in_auto(monkeypatch, originals, kv_log, m
     install) is not patched in auto (one warning); on patches it, warning that no test ran it."""
     from importlib.metadata import version
 
-    from vllm_kv_strategies.compat import ascend_releases as rel
+    from vllm_kv_strategies.platforms.ascend import releases as rel
 
     saved, _ = originals
     installed = version("vllm-ascend")

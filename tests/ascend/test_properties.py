@@ -64,9 +64,9 @@ from typing import Any
 import pytest
 import torch
 
-from vllm_kv_strategies import compat
+from vllm_kv_strategies.versions import release
 
-if compat.release(importlib.metadata.version("vllm-ascend")) != "0.23.0":
+if release(importlib.metadata.version("vllm-ascend")) != "0.23.0":
     pytest.skip(
         "the properties are written for vllm-ascend 0.23.0 (AscendMLAAttentionSpec with sparse_head_dim, "
         "state-after-state Mamba views, K page == ssm page hybrids)",
@@ -90,9 +90,9 @@ from vllm.v1.kv_cache_interface import (
 from vllm_ascend.core.kv_cache_interface import AscendMLAAttentionSpec
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
+from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
 from vllm_kv_strategies.errors import KVCacheLayoutError
-from vllm_kv_strategies.layout.ascend import crosses_blocks
+from vllm_kv_strategies.platforms.ascend.layout.buffers import crosses_blocks
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 DTYPES = (BF16, FP16, FP32)
@@ -863,7 +863,7 @@ def test_crosses_blocks_matches_brute_force(a, b, num_blocks, stats_of):
 
 # A1 (fixed): on vllm-ascend 0.23 a plain FullAttentionSpec layer with 1 KV head and head_size ==
 # kv_lora_rank + qk_rope_head_dim, in a runner with use_sparse, was restated as the 0.11/0.13 legacy
-# sparse MLA form; compat.normalize_legacy_specs now applies only to releases with that form.
+# sparse MLA form; core.strategies.sparse_mla.normalize_legacy_specs now applies only to releases with that form.
 def test_regression_a1_dense_layer_next_to_sparse_mla_keeps_its_k_and_v():
     attn = "model.layers.{}.self_attn.attn".format
     sparse = AscendMLAAttentionSpec(

@@ -38,8 +38,8 @@ from vllm.v1.kv_cache_interface import (
 )
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.compat import ascend as facts
-from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
+from vllm_kv_strategies.platforms.ascend import facts
+from vllm_kv_strategies.platforms.ascend.runner import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
 
 BF16, FP32 = torch.bfloat16, torch.float32

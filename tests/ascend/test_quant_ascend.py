@@ -41,7 +41,7 @@ import runner_factory as rf
 import factory_030
 from test_compare_stock import ours_init, stock_init
 
-from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT, AscendAdapter
+from vllm_kv_strategies.platforms.ascend.runner import TRANSFER_ALIGNMENT, AscendAdapter
 from vllm_kv_strategies.errors import UnsupportedSpecError
 
 R = rf.RELEASE
@@ -408,16 +408,16 @@ def test_a5_variants_equal_stock(name, a5):
 def _lp(parts, page):
     from types import SimpleNamespace
 
-    from vllm_kv_strategies.plan import LayerPlan
-    from vllm_kv_strategies.strategies import SparseMLAStrategy
+    from vllm_kv_strategies.core.plan import LayerPlan
+    from vllm_kv_strategies.core.strategies import SparseMLAStrategy
 
     spec = SimpleNamespace(block_size=4, page_size_bytes=page)
     return LayerPlan("model.layers.0.self_attn.attn", 0, spec, SparseMLAStrategy(), tuple(parts), 0)
 
 
 def test_coallocated_groups_become_one_raw_buffer_with_aligned_slices():
-    from vllm_kv_strategies.layout.ascend import TensorLayout, buffer_slices, coallocated_runs
-    from vllm_kv_strategies.strategies import PagePart
+    from vllm_kv_strategies.platforms.ascend.layout.buffers import TensorLayout, buffer_slices, coallocated_runs
+    from vllm_kv_strategies.core.strategies import PagePart
 
     parts = (
         PagePart("nope", BF16, (4, 1, 8)),
@@ -435,8 +435,8 @@ def test_coallocated_groups_become_one_raw_buffer_with_aligned_slices():
 
 
 def test_sub_blocks_are_viewed_as_num_blocks_times_sub_blocks():
-    from vllm_kv_strategies.layout.ascend import layer_views
-    from vllm_kv_strategies.strategies import PagePart
+    from vllm_kv_strategies.platforms.ascend.layout.buffers import layer_views
+    from vllm_kv_strategies.core.strategies import PagePart
 
     parts = (PagePart("nope", BF16, (4, 1, 8)), PagePart("indexer_k", BF16, (4, 1, 2), kernel_blocks=False, blocks=3))
     page = 64 + 3 * 16

@@ -1,5 +1,5 @@
 """vllm-ascend 0.30 (cell ascend-0.30.0 only): the KV cache kinds stock 0.30 builds on paths of
-its own, which the plugin refuses by name (``compat.ascend_stock_only``): KVPP, DeepSeek V4.1,
+its own, which the plugin refuses by name (``platforms.ascend.stock_only``): KVPP, DeepSeek V4.1,
 GLM-5-next kpool tails, DeepSeek V4, layerwise KV cache reuse, sparse KV offload.
 
 For each kind: stock's own build (``NPUModelRunner.initialize_kv_cache_tensors`` as its
@@ -19,8 +19,8 @@ import torch
 import kv_compare as kc
 import runner_factory as rf
 
-from vllm_kv_strategies.adapters import ascend as ascend_adapter
-from vllm_kv_strategies.compat.ascend_stock_only import STOCK_ONLY_KINDS
+from vllm_kv_strategies.platforms.ascend import allocate as ascend_alloc
+from vllm_kv_strategies.platforms.ascend.stock_only import STOCK_ONLY_KINDS
 from vllm_kv_strategies.errors import UnsupportedSpecError
 
 pytestmark = pytest.mark.skipif(rf.RELEASE != (0, 30), reason="vllm-ascend 0.30's own KV cache paths only")
@@ -57,7 +57,7 @@ def assert_refused_by_name(make, config, kind, monkeypatch, kv_log):
     monkeypatch.setenv("KV_STRATEGIES", "auto")
     want = kc.stock_init(make(), config)
     allocated = []
-    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *args: allocated.append(args))
+    monkeypatch.setattr(ascend_alloc, "allocate_bytes", lambda *args: allocated.append(args))
     got = kc.plugin_init(make(), config)
     assert signature(got) == signature(want) and allocated == []
     [warning] = kv_log.at(logging.WARNING)
@@ -447,7 +447,7 @@ def test_kinds_are_named_as_stock_decides_them():
     """Zero-stride tensors are layerwise reuse only with a layerwise-reuse connector (V4.1 and
     GLM-5-next plan zero-stride tensors of their own); DeepSeek V4 also by its model type, whose
     binding order stock keeps for itself; a plain config is none of the kinds."""
-    from vllm_kv_strategies.compat.ascend_stock_only import stock_only_kind
+    from vllm_kv_strategies.platforms.ascend.stock_only import stock_only_kind
 
     mk = rf.gqa_model("plain", num_blocks=N, num_layers=2, num_kv_heads=2, head_dim=64)
     assert stock_only_kind(mk.make_runner(), mk.kv_cache_config) is None

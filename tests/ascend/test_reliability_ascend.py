@@ -13,7 +13,7 @@ import torch
 import runner_factory as rf
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
+from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
 from vllm_kv_strategies.errors import KVCacheAllocationError, UnsupportedSpecError
 
 

@@ -22,9 +22,9 @@ import logging
 
 from test_overlay_030 import gpt_oss_like, patched_runner, stock_scale, worker_of  # noqa: F401 (a fixture)
 
-from vllm_kv_strategies.adapters.ascend_overlay import OVERLAY_BUDGET, MultiGroupBudgetAdapter
+from vllm_kv_strategies.platforms.ascend.worker_budget import OVERLAY_BUDGET, MultiGroupBudgetAdapter
 from vllm_kv_strategies.report import schema
-from vllm_kv_strategies.strategies import Field, ModelDims, SFAPackedStrategy
+from vllm_kv_strategies.core.strategies import Field, ModelDims, SFAPackedStrategy
 
 pytestmark = pytest.mark.skipif(rf.RELEASE != (0, 30), reason="vllm-ascend 0.30's AscendSFAIndexerCacheSpec only")
 
@@ -73,7 +73,7 @@ def test_sparse_attention_equals_stock(variant, transfer):
 
 
 def test_sfa_indexer_parts_add_up_to_the_spec_page():
-    from vllm_kv_strategies.strategies import SFAIndexerStrategy
+    from vllm_kv_strategies.core.strategies import SFAIndexerStrategy
 
     for kwargs, _ in VARIANTS.values():
         mk = rf.deepseek_v32(num_blocks=N, num_layers=1, **kwargs)

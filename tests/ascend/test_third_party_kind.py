@@ -23,8 +23,8 @@ from kv_compare import vllm_bound
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 
 from vllm_kv_strategies import patching
-from vllm_kv_strategies.adapters.ascend import AscendAdapter
-from vllm_kv_strategies.registry import ENTRY_POINT_GROUP, default_registry, reset_default_registry
+from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
+from vllm_kv_strategies.core.registry import ENTRY_POINT_GROUP, default_registry, reset_default_registry
 
 MODULE = "kvs_toy_quant_kind"
 STRATEGY_FILE = '''
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 
-from vllm_kv_strategies.strategies import KVCacheStrategy, LayoutFamily, PagePart
+from vllm_kv_strategies.core.strategies import KVCacheStrategy, LayoutFamily, PagePart
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,8 +127,8 @@ def _built_030(runner, config):
 def test_without_the_package_the_kind_is_refused(toy_kind, monkeypatch):
     """The control: the same spec without its strategy is not built (stock in auto, an error with on)."""
     from vllm_kv_strategies.errors import UnsupportedSpecError
-    from vllm_kv_strategies.registry import StrategyRegistry
-    from vllm_kv_strategies.strategies import BUILTIN_STRATEGIES
+    from vllm_kv_strategies.core.registry import StrategyRegistry
+    from vllm_kv_strategies.core.strategies import BUILTIN_STRATEGIES
 
     spec = toy_kind.ToyQuantSpec(block_size=128, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
     builtins = StrategyRegistry()

@@ -7,7 +7,7 @@ corrupts. The plugin refuses it by name before allocating, in ``auto`` too
 (``StockWouldCorruptError``); where stock does not share the tensor (0.11 / 0.13: K/V buffers of
 their own, beyond the config) it refuses with ``BeyondConfigError``, which ``auto`` answers with
 stock's build. It never allocates more than the config's ``KVCacheTensor`` s hold
-(:func:`~vllm_kv_strategies.layout.budget.check_within_config`; the zoo asserts it per case).
+(:func:`~vllm_kv_strategies.platforms.ascend.layout.budget.check_within_config`; the zoo asserts it per case).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import torch
 from kv_compare import block_conflicts, layout_signature, plugin_init, stock_init, storages
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
-from vllm_kv_strategies.adapters import ascend as ascend_adapter
-from vllm_kv_strategies.compat import ascend as facts
+from vllm_kv_strategies.platforms.ascend import allocate as ascend_alloc
+from vllm_kv_strategies.platforms.ascend import facts
 from vllm_kv_strategies.errors import BeyondConfigError, StockWouldCorruptError
-from vllm_kv_strategies.layout.budget import aligned_block_size, check_within_config
-from vllm_kv_strategies.layout.ascend import TensorLayout
-from vllm_kv_strategies.plan import plan_kv_cache
-from vllm_kv_strategies.strategies import ModelDims
+from vllm_kv_strategies.platforms.ascend.layout.budget import aligned_block_size, check_within_config
+from vllm_kv_strategies.platforms.ascend.layout.buffers import TensorLayout
+from vllm_kv_strategies.core.plan import plan_kv_cache
+from vllm_kv_strategies.core.strategies import ModelDims
 
 R = rf.RELEASE
 BF16 = torch.bfloat16
@@ -85,7 +85,7 @@ def test_the_13853_toy_is_refused_by_name_before_allocating(mode, monkeypatch, k
     K/V would take (530,432 for 268,288) and what to do (the aligned block size, 128); nothing
     allocated, no fallback (stock would corrupt)."""
     monkeypatch.setenv("KV_STRATEGIES", mode)
-    monkeypatch.setattr(ascend_adapter, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
+    monkeypatch.setattr(ascend_alloc, "allocate_bytes", lambda *a: pytest.fail("allocated before refusing"))
     mk = toy()
     with pytest.raises(StockWouldCorruptError) as raised:
         plugin_init(mk.make_runner(), mk.kv_cache_config)

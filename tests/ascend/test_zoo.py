@@ -34,7 +34,7 @@ import os
 import pytest
 import runner_factory as rf
 
-from vllm_kv_strategies.compat import ascend as facts
+from vllm_kv_strategies.platforms.ascend import facts
 import zoo_models
 from kv_compare import (
     Built,
@@ -50,13 +50,13 @@ from kv_compare import (
     tensors_sharing_storage,
 )
 
-from vllm_kv_strategies.adapters.ascend import TRANSFER_ALIGNMENT
+from vllm_kv_strategies.platforms.ascend.runner import TRANSFER_ALIGNMENT
 from vllm_kv_strategies.errors import StockWouldFailError
 
 R = rf.RELEASE
-#: What a 0.30 refusal by name (``compat.ascend_strided.unbuilt_layout_reason``) says.
+#: What a 0.30 refusal by name (``platforms.ascend.strided.unbuilt_layout_reason``) says.
 UNBUILT_030 = "the strategies do not build the vllm-ascend 0.30 layouts of "
-#: 0.11 / 0.13: the plugin also resizes Qwen3-Next-type hybrids (``compat.ascend.HYBRID_SIZING``);
+#: 0.11 / 0.13: the plugin also resizes Qwen3-Next-type hybrids (``platforms.ascend.targets.HYBRID_SIZING``);
 #: those models run at stock sizing and at the plugin's (both sides on the plugin-sized config).
 SIZED = R in ((0, 11), (0, 13))
 SIZED_MODELS = {"Qwen3-Next-80B-A3B", "Qwen3-Next-80B-A3B MTP", "Qwen3.5-style hybrid"}
@@ -209,7 +209,7 @@ def test_the_verdicts_of_a_fallback_and_of_a_refusal(raised, monkeypatch, kv_log
     """The rule on the two outcomes the zoo does not meet today: a plan that fails leaves the
     runner stock in auto with one warning naming the layer (``fallback``, stock's result); a
     ``StockWouldCorruptError`` where stock builds a block-consistent cache breaks the rule."""
-    from vllm_kv_strategies.adapters.ascend import AscendAdapter
+    from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
     from vllm_kv_strategies.errors import StockWouldCorruptError, UnsupportedSpecError
 
     mk = zoo_models.MODELS["Qwen3-30B-A3B"].build(4)

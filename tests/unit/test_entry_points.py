@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import vllm_kv_strategies
-from vllm_kv_strategies.registry import ENTRY_POINT_GROUP
+from vllm_kv_strategies.core.registry import ENTRY_POINT_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST = "vllm-kv-strategies"
@@ -113,5 +113,6 @@ def test_wheel_metadata_and_layout(built_wheel):
         names = zf.namelist()
     # The import package sits at the top of the wheel, not under plugin/.
     assert "vllm_kv_strategies/__init__.py" in names
-    assert "vllm_kv_strategies/strategies/mla.py" in names
+    assert "vllm_kv_strategies/core/strategies/mla.py" in names
+    assert "vllm_kv_strategies/platforms/ascend/runner.py" in names and "vllm_kv_strategies/platforms/upstream/v2.py" in names
     assert not [n for n in names if n.startswith(("plugin/", "tests/"))]

@@ -60,7 +60,7 @@ def test_without_a_cell_nothing_is_checked(tmp_path):
 
 def test_the_repositorys_declarations_name_existing_modules_and_cells_with_reasons():
     table = tomllib.loads((TESTS / "expected_skips.toml").read_text())
-    from vllm_kv_strategies.compat import ASCEND_RELEASES, UPSTREAM_VLLM_RELEASES
+    from vllm_kv_strategies.platforms.matrix import ASCEND_RELEASES, UPSTREAM_VLLM_RELEASES
 
     cells = {f"upstream-{v}" for v in UPSTREAM_VLLM_RELEASES} | {f"ascend-{a}" for _, a in ASCEND_RELEASES}
     assert set(table) == cells

@@ -1,6 +1,8 @@
-"""The package's import graph goes one way: release facts and strategies below
-planning, layout below the adapters that patch runners, nothing importing a
-module above it (no import back up the layers), no module over ~300 lines."""
+"""The package's import graph goes one way (CONTRIBUTING.md, "Where code goes"):
+a core that knows no platform, the report below the platforms, each platform
+in its own package (``platforms/ascend``, ``platforms/upstream``) that never
+imports the other, the platform interface above both, the CLI on top; no
+import cycle between modules; no module over ~300 lines."""
 
 from __future__ import annotations
 
@@ -10,86 +12,192 @@ from pathlib import Path
 import vllm_kv_strategies
 
 PACKAGE = Path(vllm_kv_strategies.__file__).parent
-#: Layer of each top-level module or subpackage; a module may import its own
-#: layer or lower ones only.
+ROOT = PACKAGE.name
+#: Layer of each unit (see :func:`unit`); a module may import its own unit or lower layers only.
 LAYERS = {
-    "_version": 0, "errors": 0, "logger": 0, "envs": 0,
-    "compat": 1, "patching": 1,
-    "strategies": 2,
-    "registry": 3,
-    "plan": 4,
-    "layout": 5, "report": 5,
-    "adapters": 6,
-    "__init__": 7, "distributed": 7, "deploy": 7,
-    "__main__": 8,
+    "_version": 0, "errors": 0, "logger": 0, "envs": 0, "versions": 0,
+    "patching": 1,
+    "core": 2,  # strategies, registry, plan, the strided byte-range model
+    "report": 3,
+    "deploy": 4,  # plan's engine: budgets, the model on meta, vLLM's planner
+    "platforms.base": 5,  # PatchTarget, the base adapter, install / restore, fingerprints
+    "platforms.ascend": 6, "platforms.upstream": 6,
+    "platforms": 7,  # the interface: targets / install / uninstall per platform, the support matrix
+    "__init__": 8, "distributed": 8, "deploy.front": 8,  # register(); plan's command line
+    "__main__": 9,
 }
+PLATFORM_BASE = {"adapter", "targets", "fingerprint", "install"}
+DEPLOY_FRONT = {"cli", "sweep", "render"}
+#: Modules that import neither platform's code (vLLM's and vllm-ascend's modules, and the plugin's
+#: platform packages), with the one exception allowed in each.
+PLATFORM_FREE = {"core": {"core/specs.py": "vllm_ascend"}}  # vllm-ascend's spec classes looked up by name
 MAX_LINES = 320
 
 
-def unit(path: Path) -> str:
-    """The top-level module or subpackage a file belongs to."""
-    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_units(path: Path, root: Path = PACKAGE) -> set[str]:
-    """The package's units a module imports (relative or absolute imports)."""
-    tree = ast.parse(path.read_text())
+def unit(path: Path, root: Path = PACKAGE) -> str:
+    """The unit (a key of :data:`LAYERS`) a file belongs to."""
+    parts = path.relative_to(root).with_suffix("").parts
+    if parts[0] == "platforms":
+        if len(parts) > 2 or (len(parts) == 2 and parts[1] in ("ascend", "upstream")):
+            return f"platforms.{parts[1]}"
+        return "platforms.base" if parts[-1] in PLATFORM_BASE else "platforms"
+    if parts[0] == "deploy":
+        return "deploy.front" if parts[-1] in DEPLOY_FRONT else "deploy"
+    return parts[0]
+
+
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def imports(path: Path, known: dict[str, Path], root: Path = PACKAGE) -> set[str]:
+    """The package's modules ``path`` imports, anywhere in it (also inside functions):
+    ``from a.b import c`` is module ``a.b.c`` where that is a module, else ``a.b``."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    package = module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     found = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: resolve against the file's package
-                up = node.level - 1
-                parts = list(path.relative_to(root).parts[:-1])
-                base = parts[: len(parts) - up] if up <= len(parts) else None
-                if base is None:
-                    continue
-                target = [*base, *(node.module.split(".") if node.module else [])]
-                if target:
-                    found.add(target[0])
-                else:  # "from .. import x" at the top: each name is a unit
-                    found.update(alias.name for alias in node.names)
-            elif node.module and node.module.startswith("vllm_kv_strategies"):
-                parts = node.module.split(".")[1:]
-                found.update([parts[0]] if parts else [a.name for a in node.names])
+            base = node.module or ""
+            if node.level:  # relative: resolved against the file's package
+                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+            if base.split(".")[0] == root.name:
+                found.update(filter(None, (resolve(f"{base}.{alias.name}") for alias in node.names)))
         elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("vllm_kv_strategies."):
-                    found.add(alias.name.split(".")[1])
+            found.update(filter(None, (resolve(a.name) for a in node.names if a.name.split(".")[0] == root.name)))
+    found.discard(module_name(path, root))
     return found
 
 
-def modules() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
+def external_imports(path: Path) -> set[str]:
+    """Top-level names of the distributions a module imports (``vllm``, ``vllm_ascend``, ...)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+    return found
+
+
+def graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    known = modules(root)
+    return {name: imports(path, known, root) for name, path in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], 0
+    for start in edges:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter
+                counter += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(edges.get(child, ())))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def units_of() -> dict[str, str]:
+    return {name: unit(path) for name, path in modules().items()}
 
 
 def test_every_unit_has_a_layer():
-    assert {unit(p) for p in modules()} <= set(LAYERS), {unit(p) for p in modules()} - set(LAYERS)
+    assert {unit(p) for p in modules().values()} <= set(LAYERS), {unit(p) for p in modules().values()} - set(LAYERS)
+
+
+def test_no_import_cycle():
+    assert cycles(graph()) == []
 
 
 def test_no_module_imports_a_layer_above_its_own():
-    upward = [
-        f"{p.relative_to(PACKAGE)} imports {u}"
-        for p in modules()
-        for u in imported_units(p)
-        if u in LAYERS and LAYERS[u] > LAYERS[unit(p)]
-    ]
+    edges, of = graph(), units_of()
+    upward = sorted(f"{m} ({of[m]}) imports {t} ({of[t]})" for m, targets in edges.items() for t in targets
+                    if LAYERS[of[t]] > LAYERS[of[m]])
     assert upward == []
 
 
-def test_strategies_and_layout_never_import_adapters_or_patching():
-    for p in modules():
-        if unit(p) in ("strategies", "layout", "compat", "plan", "registry"):
-            assert not imported_units(p) & {"adapters", "patching", "__init__"}, p
+def test_the_platform_packages_never_import_each_other():
+    edges, of = graph(), units_of()
+    crossing = sorted(f"{m} imports {t}" for m, targets in edges.items() for t in targets
+                      if {of[m], of[t]} == {"platforms.ascend", "platforms.upstream"})
+    assert crossing == []
+
+
+def test_the_core_knows_no_platform():
+    """No core module imports a platform package of the plugin (checked above by layer) or
+    vllm-ascend / torch_npu, but for the one lookup of vllm-ascend's spec classes by name."""
+    found = {}
+    for name, path in modules().items():
+        if unit(path) in PLATFORM_FREE:
+            allowed = PLATFORM_FREE[unit(path)].get(str(path.relative_to(PACKAGE)), "")
+            if hits := (external_imports(path) & {"vllm_ascend", "torch_npu"}) - {allowed}:
+                found[name] = hits
+    assert found == {}
 
 
 def test_no_module_is_over_about_300_lines():
-    long = {str(p.relative_to(PACKAGE)): n for p in modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {str(p.relative_to(PACKAGE)): n for p in modules().values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
 
 
-def test_the_checker_sees_upward_imports(tmp_path):
-    """The proof: relative and absolute imports of an adapter from a strategy are found."""
-    fake = tmp_path / "strategies" / "probe.py"
-    fake.parent.mkdir()
-    fake.write_text("from ..adapters import base\nfrom .. import report\nimport vllm_kv_strategies.plan\n")
-    assert imported_units(fake, tmp_path) == {"adapters", "report", "plan"}
+def test_the_checker_sees_upward_imports_and_cycles(tmp_path):
+    """The proof: relative and absolute imports (also inside a function) are found, a
+    strategy importing an Ascend runner is an upward import, and a two-module loop a cycle."""
+    root = tmp_path / ROOT
+    for rel, text in {
+        "__init__.py": "",
+        "core/__init__.py": "",
+        "core/probe.py": "from ..platforms.ascend import runner\nfrom .. import report\n"
+                         f"def f():\n    import {ROOT}.core.plan\n",
+        "core/plan.py": f"from {ROOT}.core import probe\n",
+        "report/__init__.py": "",
+        "platforms/__init__.py": "",
+        "platforms/ascend/__init__.py": "",
+        "platforms/ascend/runner.py": "",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    edges = graph(root)
+    assert edges[f"{ROOT}.core.probe"] == {f"{ROOT}.platforms.ascend.runner", f"{ROOT}.report", f"{ROOT}.core.plan"}
+    assert unit(root / "platforms/ascend/runner.py", root) == "platforms.ascend"
+    assert LAYERS[unit(root / "platforms/ascend/runner.py", root)] > LAYERS[unit(root / "core/probe.py", root)]
+    assert cycles(edges) == [[f"{ROOT}.core.plan", f"{ROOT}.core.probe"]]

@@ -15,8 +15,8 @@ pytest.importorskip("vllm.v1.worker.gpu.model_runner", reason="needs vLLM's Mode
 from test_upstream_adapter import RUNNERS, assert_same, run_both  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec  # noqa: E402
 
-from vllm_kv_strategies.plan import plan_kv_cache  # noqa: E402
-from vllm_kv_strategies.strategies import MambaStrategy, ModelDims  # noqa: E402
+from vllm_kv_strategies.core.plan import plan_kv_cache  # noqa: E402
+from vllm_kv_strategies.core.strategies import MambaStrategy, ModelDims  # noqa: E402
 
 HAS_ALIGNMENT = "state_alignment" in {f.name for f in dataclasses.fields(MambaSpec)}
 needs_alignment = pytest.mark.skipif(not HAS_ALIGNMENT, reason="MambaSpec.state_alignment is new in vLLM 0.34")

@@ -1,4 +1,4 @@
-"""A worker's place in its deployment (``compat.parallel.parallel_ranks``), on
+"""A worker's place in its deployment (``report.parallel.parallel_ranks``), on
 vLLM's own ``ParallelConfig``, and how ``report DIR`` shows data and pipeline
 parallel ranks.
 
@@ -25,8 +25,8 @@ from vllm.config import ParallelConfig
 
 from vllm_kv_strategies import patching
 from vllm_kv_strategies import report as report_mod
-from vllm_kv_strategies.compat.parallel import ParallelRanks, parallel_ranks
-from vllm_kv_strategies.plan import plan_kv_cache
+from vllm_kv_strategies.report.parallel import ParallelRanks, parallel_ranks
+from vllm_kv_strategies.core.plan import plan_kv_cache
 from vllm_kv_strategies.report import schema
 
 HAS_INDEX = hasattr(ParallelConfig(), "data_parallel_index")

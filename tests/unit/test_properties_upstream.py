@@ -54,7 +54,7 @@ from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend  # noq
 from vllm.v1.kv_cache_interface import get_kv_quant_mode  # noqa: E402
 
 from vllm_kv_strategies.errors import KVCacheLayoutError  # noqa: E402
-from vllm_kv_strategies.compat.specs import kv_cache_planner  # noqa: E402
+from vllm_kv_strategies.core.specs import kv_cache_planner  # noqa: E402
 from vllm_kv_strategies.logger import reset_warn_once  # noqa: E402
 
 get_kv_cache_groups, get_kv_cache_config_from_groups = kv_cache_planner()

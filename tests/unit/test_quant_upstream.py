@@ -41,11 +41,11 @@ except ImportError:  # vLLM 0.30 / 0.31: the runners call the backend's customiz
     def customize_attention_spec(backend, spec):
         return backend.customize_spec(spec)
 
-from vllm_kv_strategies.adapters.upstream import plan_upstream  # noqa: E402
-from vllm_kv_strategies.compat import upstream as upstream_facts  # noqa: E402
+from vllm_kv_strategies.platforms.upstream.check import plan_upstream  # noqa: E402
+from vllm_kv_strategies.platforms.upstream import facts as upstream_facts  # noqa: E402
 from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError  # noqa: E402
-from vllm_kv_strategies.registry import default_registry  # noqa: E402
-from vllm_kv_strategies.strategies import ModelDims  # noqa: E402
+from vllm_kv_strategies.core.registry import default_registry  # noqa: E402
+from vllm_kv_strategies.core.strategies import ModelDims  # noqa: E402
 
 BF16, FP32, FP8, U8, I8 = torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.uint8, torch.int8
 DEEPSEEK = ModelDims(kv_lora_rank=512, qk_rope_head_dim=64, index_head_dim=128)

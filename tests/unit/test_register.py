@@ -123,9 +123,10 @@ import vllm.v1.worker.gpu.model_runner as v2_module  # noqa: E402  (both runners
 import vllm_kv_strategies
 from upstream_harness import HAS_V1, needs_v1
 
-from vllm_kv_strategies import adapters, compat, patching
-from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
-from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter
+from vllm_kv_strategies import platforms, patching
+from vllm_kv_strategies.platforms import matrix
+from vllm_kv_strategies.platforms.upstream.v1 import UpstreamV1Adapter
+from vllm_kv_strategies.platforms.upstream.v2 import UpstreamV2Adapter
 
 if HAS_V1:  # vLLM 0.30 - 0.33: V1, and the CPU runner that subclasses it
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
@@ -158,7 +159,7 @@ def first_build():
 
 
 #: The installed vLLM, as the log lines name it (e.g. ``0.31.0``).
-INSTALLED = compat.Installed.detect().vllm
+INSTALLED = matrix.Installed.detect().vllm
 RUNNERS = "GPUModelRunner (V1) and GPUModelRunner (V2)" if HAS_V1 else "GPUModelRunner (V2)"
 ENABLED_LINE = f"kv_strategies: enabled (KV_STRATEGIES={{mode}}, vLLM {INSTALLED}): will build the KV cache of {RUNNERS}"
 V1_LINE = ("kv_strategies: patched vllm.v1.worker.gpu_model_runner.{GPUModelRunner.initialize_kv_cache_tensors, "
@@ -281,7 +282,7 @@ def test_marker_prevents_double_wrapping_when_the_flag_is_lost(monkeypatch):
     first = first_build()
     monkeypatch.setattr(vllm_kv_strategies, "_registered_platform", None)
     vllm_kv_strategies.register()
-    adapters.install("upstream")
+    platforms.install("upstream")
     assert first_build() is first
     assert_patched_once()
 
@@ -384,7 +385,7 @@ def test_the_standalone_cpu_runner_is_named_not_covered_when_it_loads():
     ids=["none", "other"],
 )
 def test_auto_on_an_undeclared_release_stays_stock_then_on_patches(monkeypatch, kv_log, declared, named):
-    monkeypatch.setattr(compat.matrix, "UPSTREAM_VLLM_RELEASES", declared)
+    monkeypatch.setattr(matrix, "UPSTREAM_VLLM_RELEASES", declared)
     vllm_kv_strategies.register()
     vllm_kv_strategies.register()  # decided once per process: one warning
     assert_stock()
@@ -420,7 +421,7 @@ def test_a_failure_while_installing_is_logged_not_raised(monkeypatch, kv_log):
     def boom(platform):
         raise RuntimeError("boom while installing")
 
-    monkeypatch.setattr(adapters, "install", boom)
+    monkeypatch.setattr(platforms, "install", boom)
     vllm_kv_strategies.register()  # must not raise: vLLM does not catch it
     assert_stock()
     assert vllm_kv_strategies._registered_platform == "stock"

@@ -17,9 +17,10 @@ import vllm.v1.worker.gpu.model_runner as v2_module
 from upstream_harness import HAS_V1, v1_runner_class
 
 import vllm_kv_strategies
-from vllm_kv_strategies import compat, patching
+from vllm_kv_strategies import patching
+from vllm_kv_strategies.platforms import matrix
 
-INSTALLED = compat.Installed.detect().vllm
+INSTALLED = matrix.Installed.detect().vllm
 #: The runners the release has (vLLM 0.34: V2 only); the log names no other.
 RUNNERS = "GPUModelRunner (V1) and GPUModelRunner (V2)" if HAS_V1 else "GPUModelRunner (V2)"
 OBSERVING = f"kv_strategies: observing (KV_STRATEGIES=observe, vLLM {INSTALLED}): stock builds the KV cache of {RUNNERS}; the plugin reports it"
@@ -43,7 +44,7 @@ def test_observe_wraps_the_runner_and_says_stock_builds(monkeypatch, kv_log):
 
 def test_observe_wraps_an_undeclared_release_with_a_warning(monkeypatch, kv_log):
     monkeypatch.setenv("KV_STRATEGIES", "observe")
-    monkeypatch.setattr(compat.matrix, "UPSTREAM_VLLM_RELEASES", ("0.29.0",))
+    monkeypatch.setattr(matrix, "UPSTREAM_VLLM_RELEASES", ("0.29.0",))
     vllm_kv_strategies.register()
     assert patched()
     [warning] = kv_log.at(logging.WARNING)

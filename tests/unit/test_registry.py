@@ -22,13 +22,13 @@ from vllm.v1.kv_cache_interface import (
     SparseCacheRole,
 )
 from vllm_kv_strategies.errors import UnsupportedSpecError
-from vllm_kv_strategies.registry import (
+from vllm_kv_strategies.core.registry import (
     ENTRY_POINT_GROUP,
     StrategyRegistry,
     default_registry,
     reset_default_registry,
 )
-from vllm_kv_strategies.strategies import (
+from vllm_kv_strategies.core.strategies import (
     BUILTIN_STRATEGIES,
     FullAttentionStrategy,
     KVCacheStrategy,
@@ -308,7 +308,7 @@ from dataclasses import dataclass
 
 import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheSpec
-from vllm_kv_strategies.strategies import KVCacheStrategy, PagePart
+from vllm_kv_strategies.core.strategies import KVCacheStrategy, PagePart
 
 
 @dataclass(frozen=True)

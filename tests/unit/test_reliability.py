@@ -15,9 +15,9 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 
 from vllm_kv_strategies import patching
 from vllm_kv_strategies.errors import KVCacheLayoutError
-from vllm_kv_strategies.plan import plan_kv_cache
-from vllm_kv_strategies.registry import default_registry
-from vllm_kv_strategies.strategies import FullAttentionStrategy, KVCacheStrategy, PagePart
+from vllm_kv_strategies.core.plan import plan_kv_cache
+from vllm_kv_strategies.core.registry import default_registry
+from vllm_kv_strategies.core.strategies import FullAttentionStrategy, KVCacheStrategy, PagePart
 
 BF16 = torch.bfloat16
 NAMES = [f"model.layers.{i}.self_attn.attn" for i in range(2)]
@@ -88,7 +88,7 @@ def test_an_allocation_failure_upstream_is_stocks_and_binds_nothing(monkeypatch)
 def test_any_failure_while_planning_falls_back_in_auto_and_raises_when_on(monkeypatch, kv_log):
     """An error the plugin did not foresee (a bug, a runner of another shape)
     raised before allocation leaves the runner stock in auto, with one warning."""
-    from vllm_kv_strategies.adapters import upstream, upstream_v2
+    from vllm_kv_strategies.platforms.upstream import v1 as upstream, v2 as upstream_v2
 
     def broken(*args, **kwargs):
         raise AttributeError("'GPUModelRunner' object has no attribute 'renamed_in_a_future_release'")

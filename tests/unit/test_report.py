@@ -22,8 +22,8 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 
 from vllm_kv_strategies import patching
 from vllm_kv_strategies import report as report_mod
-from vllm_kv_strategies.compat.parallel import ParallelRanks
-from vllm_kv_strategies.plan import plan_kv_cache
+from vllm_kv_strategies.report.parallel import ParallelRanks
+from vllm_kv_strategies.core.plan import plan_kv_cache
 from vllm_kv_strategies.report import render, schema, write
 
 STAMPED = re.compile(r"^kv_cache_report\.\d{8}T\d{6}Z\.\d+(-\d+)?\.rank(\d+)\.json$")
@@ -55,7 +55,7 @@ def test_json_report_written_with_exact_totals_and_specs(monkeypatch, tmp_path, 
     assert json.loads((tmp_path / "kv_cache_report.latest.rank0.json").read_text()) == data
     assert data["schema_version"] == report_mod.SCHEMA_VERSION == 3
     assert (data["mode"], data["built_by"], data["run_id"], data["world_size"]) == ("auto", "vllm_checked", "run-a", 1)
-    assert data["versions"]["vllm"] == report_mod.write.compat.Installed.detect().vllm
+    assert data["versions"]["vllm"] == report_mod.write.Versions.detect().vllm
     assert data["versions"]["torch"] == torch.__version__
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", data["created"])
     t = data["totals"]

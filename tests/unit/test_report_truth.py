@@ -33,7 +33,7 @@ from vllm.v1.kv_cache_interface import (
 
 from vllm_kv_strategies import report as report_mod
 from vllm_kv_strategies.report import render, schema
-from vllm_kv_strategies.plan import plan_kv_cache
+from vllm_kv_strategies.core.plan import plan_kv_cache
 
 MIB2 = 2 * 1024 * 1024
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from vllm_kv_strategies import compat
-from vllm_kv_strategies.compat.ascend_releases import CELL_PINS
+from vllm_kv_strategies.platforms import matrix
+from vllm_kv_strategies.platforms.ascend.releases import CELL_PINS
 
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements"
-CELLS = [(f"upstream-{v}", v, None) for v in compat.UPSTREAM_VLLM_RELEASES] + [
-    (f"ascend-{a}", v, a) for v, a in compat.ASCEND_RELEASES
+CELLS = [(f"upstream-{v}", v, None) for v in matrix.UPSTREAM_VLLM_RELEASES] + [
+    (f"ascend-{a}", v, a) for v, a in matrix.ASCEND_RELEASES
 ]
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$")
 

@@ -26,8 +26,8 @@ from test_upstream_adapter import dense, make_config, make_runner  # noqa: E402
 from vllm.v1.kv_cache_layout import KVCacheLayout  # noqa: E402
 
 from vllm_kv_strategies import patching  # noqa: E402
-from vllm_kv_strategies.adapters.upstream_extend import UpstreamExtendAdapter  # noqa: E402
-from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter  # noqa: E402
+from vllm_kv_strategies.platforms.upstream.extend import UpstreamExtendAdapter  # noqa: E402
+from vllm_kv_strategies.platforms.upstream.v2 import UpstreamV2Adapter  # noqa: E402
 from vllm_kv_strategies.errors import KVCacheLayoutError  # noqa: E402
 
 RESERVED, COMMITTED = 64, 24  # blocks

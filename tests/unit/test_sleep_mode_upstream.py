@@ -24,8 +24,8 @@ from upstream_harness import RUNNERS, make_config, make_runner, v1_runner_class 
 from vllm.v1.kv_cache_interface import FullAttentionSpec  # noqa: E402
 
 from vllm_kv_strategies import patching  # noqa: E402
-from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter  # noqa: E402
-from vllm_kv_strategies.adapters.upstream_v2 import UpstreamV2Adapter  # noqa: E402
+from vllm_kv_strategies.platforms.upstream.v1 import UpstreamV1Adapter  # noqa: E402
+from vllm_kv_strategies.platforms.upstream.v2 import UpstreamV2Adapter  # noqa: E402
 
 
 class Recorder(contextlib.AbstractContextManager):

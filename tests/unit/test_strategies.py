@@ -24,7 +24,7 @@ from vllm.v1.kv_cache_interface import (
     SparseCacheRole,
 )
 from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
-from vllm_kv_strategies.strategies import (
+from vllm_kv_strategies.core.strategies import (
     FullAttentionStrategy,
     HiddenStateStrategy,
     KVCacheStrategy,
@@ -341,7 +341,7 @@ def test_hidden_state_cache_is_one_part_and_never_mla():
     and the model config it comes with has no kv_lora_rank (N1 of never-worse-than-stock.md)."""
     from vllm.v1.kv_cache_interface import HiddenStateCacheSpec
 
-    from vllm_kv_strategies.registry import default_registry
+    from vllm_kv_strategies.core.registry import default_registry
 
     spec = HiddenStateCacheSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=BF16)
     strategy = default_registry().resolve(spec)
@@ -470,7 +470,7 @@ def test_mamba_page_matches_vllm(states):
 def test_sliding_window_mla_resolves_to_mla_with_nope_and_rope():
     from vllm.v1.kv_cache_interface import SlidingWindowMLASpec
 
-    from vllm_kv_strategies.registry import default_registry
+    from vllm_kv_strategies.core.registry import default_registry
 
     spec = SlidingWindowMLASpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.bfloat16, sliding_window=128)
     strategy = default_registry().resolve(spec)

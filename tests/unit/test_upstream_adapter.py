@@ -199,7 +199,7 @@ def test_v1_subclass_that_overrides_the_build_gets_one_warning(kv_log):
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     from vllm_kv_strategies import patching
-    from vllm_kv_strategies.adapters.upstream import UpstreamV1Adapter
+    from vllm_kv_strategies.platforms.upstream.v1 import UpstreamV1Adapter
 
     adapter, specs = UpstreamV1Adapter(), dense()
     vllm_config, config = make_config(specs, "LBHNC", 1 << 22)

@@ -79,7 +79,7 @@ def test_the_zoo_sees_a_plugin_fault(zoo_dir, monkeypatch):
 def test_a_spec_no_strategy_serves_is_a_fallback_with_one_warning(zoo_dir, monkeypatch):
     """A layer the plugin cannot plan: the row is ``fallback``, stock's
     result with one warning that names the layer (V1 and V2)."""
-    from vllm_kv_strategies.registry import StrategyRegistry
+    from vllm_kv_strategies.core.registry import StrategyRegistry
 
     monkeypatch.setattr(StrategyRegistry, "find", lambda self, spec: None)
     row = zoo.try_arch("Qwen3ForCausalLM", zoo_dir)

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import BadInput, _described, _one_line, _rejection
-from .inputs import check_model_dir, check_outputs
+from vllm_kv_strategies.deploy.errors import BadInput, _described, _one_line, _rejection
+from vllm_kv_strategies.deploy.inputs import check_model_dir, check_outputs
 
 DESCRIPTION = (
     "How much KV cache a deployment gets, before anything starts: the model in MODEL_DIR (config.json "
@@ -43,7 +43,7 @@ def _progress(message: str) -> None:
 
 
 def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from .budget import DEFAULT_OVERHEAD_GIB, DEVICES
+    from vllm_kv_strategies.deploy.budget import DEFAULT_OVERHEAD_GIB, DEVICES
 
     group = parser.add_argument_group("plan", "this command's own options (the others are vLLM's engine arguments)")
     group.add_argument("model_dir", metavar="MODEL_DIR", help="a local model directory with a config.json")
@@ -124,7 +124,7 @@ def _run(argv: list[str]) -> int:
     if not any(a == "-h" or a.startswith("--help") for a in argv):
         known, _ = own_arguments(argparse.ArgumentParser(add_help=False, prog="python -m vllm_kv_strategies plan")).parse_known_args(argv)
         config, device = check_model_dir(known.model_dir), known.device
-    from . import platforms
+    from vllm_kv_strategies.deploy import platforms
 
     platforms.prepare(device, config)  # before vLLM is imported: which platform plugins it may load
     _progress("importing vLLM (10-30 s on a CPU)")
@@ -138,12 +138,12 @@ def _run(argv: list[str]) -> int:
     args = parse(parser, argv)
     check_architecture(config)
     if args.sweep:
-        from .sweep import sweep
+        from vllm_kv_strategies.deploy.sweep import sweep
 
-        return sweep(parser, argv, args, lambda combo_args: plan_once(combo_args, platform_line), _progress)
+        return sweep(parser, argv, args, lambda combo: plan_once(parse(parser, combo), platform_line), _progress)
     prediction = plan_once(args, platform_line)
     prediction.seconds = time.monotonic() - start
-    from . import render
+    from vllm_kv_strategies.deploy import render
 
     print(render.table(prediction, args.model_dir))
     if args.json_out:
@@ -177,7 +177,7 @@ def plan_once(args, platform_line: str = ""):
     """The :class:`~.predict.Prediction` for ``args`` (:func:`parse`'s); :class:`BadInput` for a
     configuration vLLM will not make or a model it cannot build. A package the model's modules
     import and this machine lacks (a kernel library: ``cutlass``) is stood in and the plan retried."""
-    from . import standins
+    from vllm_kv_strategies.deploy import standins
 
     while True:
         try:
@@ -192,7 +192,7 @@ def plan_once(args, platform_line: str = ""):
 def _plan_once(args, platform_line: str):
     from vllm.engine.arg_utils import EngineArgs
 
-    from . import model, predict, standins
+    from vllm_kv_strategies.deploy import model, predict, standins
 
     budget_for = budget_source(args)
     try:
@@ -213,12 +213,15 @@ def _plan_once(args, platform_line: str):
                        "or --device NAME / --device-memory-gib GIB (an estimate)")
     try:
         if on_ascend():
-            from .ascend import predict_ascend
+            from vllm_kv_strategies.platforms.ascend.plan import predict_ascend
 
             prediction = predict_ascend(EngineArgs.from_cli_args(args), budget_for, progress=_progress)
         else:
+            from vllm_kv_strategies.platforms.upstream import plan as upstream_plan
+
             with standins.building(), model.on_meta(default=False):  # the planned platform's backends, imported
-                prediction = predict.predict(vllm_config, budget_for, progress=_progress, stage_bytes=args.stage_budgets)
+                prediction = predict.predict(vllm_config, budget_for, progress=_progress, stage_bytes=args.stage_budgets,
+                                             sides=upstream_plan.sides)
     except BadInput:
         raise
     except Exception as exc:  # vLLM fails to build the model without weights (e.g. on data it computes at build)
@@ -239,7 +242,7 @@ def notes(args, prediction) -> list[str]:
         out.append(f"--block-size {args.block_size} given; the blocks planned are of "
                    f"{', '.join(map(str, planned))} tokens, as vLLM's platform sets them for this model")
     if prediction.budget.exact and (args.device or args.device_memory_gib):
-        from .budget import device_memory
+        from vllm_kv_strategies.deploy.budget import device_memory
 
         given = f"--device {args.device}" if args.device else f"--device-memory-gib {args.device_memory_gib:g}"
         memory, _ = device_memory(args.device, args.device_memory_gib)
@@ -259,7 +262,7 @@ def budget_source(args):
     ``kv_cache_memory_bytes`` (``--kv-cache-memory-bytes``, or the platform's:
     vLLM's CPU platform sets it from ``VLLM_CPU_KVCACHE_SPACE``), else an
     estimate for ``--device`` / ``--device-memory-gib``."""
-    from . import budget
+    from vllm_kv_strategies.deploy import budget
 
     def source(vllm_config, meta_bytes: int):
         cache = vllm_config.cache_config

@@ -9,7 +9,7 @@ import math
 import os
 from pathlib import Path
 
-from .errors import BadInput
+from vllm_kv_strategies.deploy.errors import BadInput
 
 
 def check_model_dir(path: str) -> dict:

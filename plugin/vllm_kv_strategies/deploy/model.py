@@ -29,7 +29,7 @@ def inspect_models_in_process():
     device: run the same inspection in this process."""
     from vllm.model_executor.models import registry
 
-    from . import standins
+    from vllm_kv_strategies.deploy import standins
 
     def in_process(fn):
         try:
@@ -241,7 +241,7 @@ def build_stage(vllm_config, pp_rank: int, collect=collect_specs) -> tuple[dict[
     (layer name -> module). ``collect(vllm_config) -> (specs, shared)`` runs
     while the stage's layers are in the forward context (default:
     :func:`collect_specs`, V1's or V2's)."""
-    from . import standins
+    from vllm_kv_strategies.deploy import standins
 
     with standins.building():  # vLLM's loader looks up its kernels on import
         from vllm.model_executor.model_loader.utils import initialize_model

@@ -76,7 +76,7 @@ def install() -> list[str]:
     """Stand in for the NPU runtime where ``torch_npu`` cannot be imported
     (before vLLM is imported: its platform plugin loads vllm-ascend); returns
     the modules stood in (none where ``torch_npu`` is real)."""
-    from .standins import stand_in
+    from vllm_kv_strategies.deploy.standins import stand_in
 
     if importlib.util.find_spec("torch_npu") is not None and "torch_npu" not in sys.modules:
         return []

@@ -24,10 +24,12 @@ import current_platform``) before anything is planned.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
-from .budget import DEVICES
+from vllm_kv_strategies.deploy.budget import DEVICES
+from vllm_kv_strategies.versions import Versions
 
 #: What each platform's vLLM modules import at module level that another platform's build lacks.
 KERNELS = {
@@ -53,7 +55,7 @@ def installed_kind(platform) -> str:
 
 
 def _cuda(card) -> Any:
-    from .standins import stand_in
+    from vllm_kv_strategies.deploy.standins import stand_in
 
     stand_in(*KERNELS["cuda"])
     from vllm.platforms.cuda import CudaPlatformBase
@@ -96,7 +98,7 @@ def _cuda(card) -> Any:
 
 
 def _rocm(card) -> Any:
-    from .standins import stand_in
+    from vllm_kv_strategies.deploy.standins import stand_in
 
     stood = stand_in(*KERNELS["rocm"])
     if "amdsmi" in stood:
@@ -113,7 +115,7 @@ def _rocm(card) -> Any:
 def _npu(card) -> Any:
     import importlib.util
 
-    from .npu_standin import npu_platform
+    from vllm_kv_strategies.deploy.npu_standin import npu_platform
 
     return npu_platform() if importlib.util.find_spec("vllm_ascend") is not None else None
 
@@ -137,7 +139,7 @@ def use(device: str | None) -> str:
                 "install vllm-ascend for its block sizes)")
     _INSTALLED.append(installed)
     if card.platform in OPS:
-        from .standins import lenient_ops, lenient_triton
+        from vllm_kv_strategies.deploy.standins import lenient_ops, lenient_triton
 
         lenient_ops(*OPS[card.platform])
         lenient_triton()
@@ -191,14 +193,14 @@ def prepare(device: str | None, config: dict | None = None) -> None:
     import os
 
     if any(key.endswith(("vision_config", "audio_config")) for key in config or {}):
-        from .standins import stand_in
+        from vllm_kv_strategies.deploy.standins import stand_in
 
         stand_in("torchvision")
 
     if importlib.util.find_spec("vllm_ascend") is None:
         return
     if planned_kind(device) in (None, "npu"):
-        from .npu_standin import install
+        from vllm_kv_strategies.deploy.npu_standin import install
 
         install()
         return
@@ -207,3 +209,42 @@ def prepare(device: str | None, config: dict | None = None) -> None:
     names = {ep.name for group in ("vllm.platform_plugins", "vllm.general_plugins") for ep in entry_points(group=group)
              if not ep.value.startswith("vllm_ascend")}
     os.environ.setdefault("VLLM_PLUGINS", ",".join(sorted(names)))
+
+
+#: What ``plan`` says where it plans past vLLM 0.34's missing-Triton refusal (:func:`config_without_triton`).
+PLANNED_WITHOUT_TRITON = ("vLLM {version} cannot start on this machine (its CPU platform needs triton-cpu on x86); "
+                          "planned as that platform would plan with Triton, which the KV cache does not depend on")
+
+
+@contextlib.contextmanager
+def config_without_triton(notes: list[str]):
+    """Within: vLLM 0.34's CPU platform on an x86 machine without Triton builds configs as
+    if Triton were there (``CpuPlatform.check_and_update_config`` refuses x86 without it, a
+    fact about running kernels, not about the KV cache); the sentence saying so is appended
+    to ``notes``. Elsewhere (Triton present, a GPU platform, another release) nothing changes."""
+    from vllm.platforms import CpuArchEnum, current_platform
+
+    import vllm.triton_utils as triton_utils
+
+    refuses = (not triton_utils.HAS_TRITON and current_platform.is_cpu()
+               and current_platform.get_cpu_architecture() == CpuArchEnum.X86
+               and hasattr(current_platform, "uses_standalone_cpu_model_runner"))  # 0.34's CPU platform
+    if not refuses:
+        yield
+        return
+    cls = type(current_platform)
+    check = vars(cls)["check_and_update_config"]
+
+    def check_with_triton_stated(klass, vllm_config):
+        triton_utils.HAS_TRITON = True
+        try:
+            return check.__func__(klass, vllm_config)
+        finally:
+            triton_utils.HAS_TRITON = False
+
+    cls.check_and_update_config = classmethod(check_with_triton_stated)
+    try:
+        yield
+    finally:
+        cls.check_and_update_config = check
+    notes.append(PLANNED_WITHOUT_TRITON.format(version=Versions.detect().vllm))

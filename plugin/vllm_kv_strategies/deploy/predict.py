@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..compat.specs import planner_function
-from . import model as deploy_model
-from .budget import Budget
+from vllm_kv_strategies.core.specs import planner_function
+from vllm_kv_strategies.deploy import model as deploy_model
+from vllm_kv_strategies.deploy.budget import Budget
 
 
 @dataclasses.dataclass
@@ -35,7 +35,7 @@ class Prediction:
         specs: per worker, the layer specs collected from the model.
         stages: per pipeline stage, ``shared`` (the layers sharing another's
             KV cache) and ``layers`` (the stage's static forward context).
-        sides: per worker, stock's bytes and the plugin's (:mod:`.plugin_side`).
+        sides: per worker, stock's bytes and the plugin's (:func:`predict`'s ``sides``).
         params: per pipeline stage, parameter count (elements) on one TP rank.
         param_bytes: per pipeline stage, their bytes.
         refusal: vLLM's own error message when its planner refuses, else None.
@@ -73,8 +73,8 @@ class Prediction:
 def engine_config(engine_args, notes: list[str] | None = None):
     """``engine_args.create_engine_config()`` with vLLM's model inspection in this process (and,
     on vLLM 0.34's CPU platform without triton-cpu, past its Triton check, said in ``notes``:
-    :func:`~vllm_kv_strategies.compat.runners.config_without_triton`)."""
-    from ..compat.runners import config_without_triton
+    :func:`~vllm_kv_strategies.deploy.platforms.config_without_triton`)."""
+    from vllm_kv_strategies.deploy.platforms import config_without_triton
 
     with deploy_model.inspect_models_in_process(), config_without_triton(notes if notes is not None else []):
         return engine_args.create_engine_config()
@@ -184,16 +184,18 @@ def capacity_of(vllm_config, workers: list) -> tuple[int | None, float | None]:
 
 
 def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None,
-            stage_bytes: list[int] | None = None) -> Prediction:
+            stage_bytes: list[int] | None = None, sides: Callable[..., Any] | None = None) -> Prediction:
     """The deployment's plan; ``budget_for(vllm_config, bytes of a rank's parameters)``
     gives the KV cache budget per worker (:mod:`.budget`), for each pipeline stage with
     its own weights (an estimate differs between stages; the headline's is the largest
-    rank's); ``stage_bytes``: an exact budget per stage (``--stage-budgets``).
+    rank's); ``stage_bytes``: an exact budget per stage (``--stage-budgets``); ``sides``:
+    the platform's ``sides(vllm_config, config, forward_context, shared)`` (stock's bytes and
+    the plugin's, per worker: :func:`vllm_kv_strategies.platforms.upstream.plan.sides`).
 
     Raises:
         vLLM's own errors for a model it cannot build (not a refusal of the budget).
     """
-    from .budget import exact
+    from vllm_kv_strategies.deploy.budget import exact
 
     start = time.monotonic()
     per_worker, stages, params, param_bytes = worker_specs(vllm_config, progress)
@@ -218,9 +220,7 @@ def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None
     prediction = Prediction(vllm_config, budget, workers, per_worker, stages, params, param_bytes, refusal)
     prediction.stage_budgets = stage_budgets
     prediction.tokens, prediction.max_concurrency = capacity_of(vllm_config, workers)
-    if workers and workers[0].kv_cache_groups:
-        from .plugin_side import sides
-
+    if sides is not None and workers and workers[0].kv_cache_groups:
         prediction.sides = [sides(vllm_config, config, stages[w // tp]["layers"], stages[w // tp]["shared"])
                             for w, config in enumerate(workers)]
     prediction.seconds = time.monotonic() - start
@@ -231,7 +231,7 @@ def stage_rows(prediction) -> list[dict[str, Any]]:
     """Per pipeline stage: its budget per worker (exact or the estimate with its weights term), the
     blocks it alone would hold (its budget // its workers' bytes per block, from vLLM's plan) and
     whether it limits num_blocks (vLLM gives every worker the smallest worker's count)."""
-    from ..compat.specs import required_bytes
+    from vllm_kv_strategies.core.specs import required_bytes
 
     tp = prediction.vllm_config.parallel_config.tensor_parallel_size
     rows = []

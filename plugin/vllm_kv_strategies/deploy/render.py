@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._version import __version__
-from .predict import stage_rows
-from ..compat.specs import layer_spec, required_bytes, tensor_layers
-from ..report.plan_file import KIND, PLAN_VERSION
-from ..report.specs import describe_groups, own_spec, spec_kind
+from vllm_kv_strategies._version import __version__
+from vllm_kv_strategies.deploy.predict import stage_rows
+from vllm_kv_strategies.core.specs import layer_spec, required_bytes, tensor_layers
+from vllm_kv_strategies.report.plan_file import KIND, PLAN_VERSION
+from vllm_kv_strategies.report.specs import describe_groups, own_spec, spec_kind
 
 
 
 def _installed() -> dict[str, str | None]:
-    from ..compat import Installed
+    from vllm_kv_strategies.versions import Versions
 
-    installed = Installed.detect()
+    installed = Versions.detect()
     return {"plugin": __version__, "vllm": installed.vllm, "vllm_ascend": installed.vllm_ascend, "torch": installed.torch}
 
 

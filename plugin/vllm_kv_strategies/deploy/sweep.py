@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from .errors import BadInput
+from vllm_kv_strategies.deploy.errors import BadInput
 
 #: plan's own options, which a sweep does not vary or pass on to each combination.
 OWN = ("--sweep", "--plot", "--json")
@@ -71,9 +71,8 @@ def _matplotlib():
 
 
 def sweep(parser, argv: list[str], args, plan_once, progress) -> int:
-    """The sweep (see the module doc); ``plan_once(args) -> Prediction`` plans one combination."""
-    from .cli import parse
-
+    """The sweep (see the module doc); ``plan_once(argv) -> Prediction`` plans one combination,
+    given as its command line."""
     start = time.monotonic()
     sweeps = parse_sweeps(parser, args.sweep)
     plt = _matplotlib() if args.plot else None
@@ -86,7 +85,7 @@ def sweep(parser, argv: list[str], args, plan_once, progress) -> int:
                "max_concurrency": None, "max_model_len": None, "budget_bytes_per_worker": None, "refusal": None,
                "error": None}
         try:
-            prediction = plan_once(parse(parser, combination_argv(argv, sweeps, values)))
+            prediction = plan_once(combination_argv(argv, sweeps, values))
         except BadInput as exc:
             row["error"] = str(exc)
         else:

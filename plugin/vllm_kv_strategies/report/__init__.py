@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schema import SCHEMA_VERSION, ReportError, load, load_dir
-from .summary import KVCacheSummary
+from vllm_kv_strategies.report.schema import SCHEMA_VERSION, ReportError, load, load_dir
+from vllm_kv_strategies.report.summary import KVCacheSummary
 
 _WRITER = ("log_summary", "build_report", "write_report", "spec_kind", "MAX_REPORTED_ALIGNMENT")
 
@@ -27,7 +27,7 @@ __all__ = ["SCHEMA_VERSION", "KVCacheSummary", "ReportError", "load", "load_dir"
 
 def __getattr__(name: str) -> Any:
     if name in _WRITER:
-        from . import write
+        from vllm_kv_strategies.report import write
 
         return getattr(write, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ import json
 import os
 from datetime import datetime
 
-from .schema import file_name, latest_name, utc_now
+from vllm_kv_strategies.report.schema import file_name, latest_name, utc_now
 
 
 def run_id(when: datetime | None = None) -> str:

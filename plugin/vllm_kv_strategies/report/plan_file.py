@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any
 
-from .schema import ReportError
+from vllm_kv_strategies.report.schema import ReportError
 
 #: The ``kind`` of a plan file (a report has none).
 KIND = "plan"

@@ -9,8 +9,8 @@ import hashlib
 import json
 import os
 
-from .schema import ReportError, created, latest_per_rank
-from .summary import BUILT_BY
+from vllm_kv_strategies.report.schema import ReportError, created, latest_per_rank
+from vllm_kv_strategies.report.summary import BUILT_BY
 
 TOTALS = ("raw_buffers", "bytes_allocated", "bytes_required", "alignment_padding", "unused_bytes", "duplicated_bytes",
           "num_blocks", "token_slots", "tokens", "max_concurrency")

@@ -159,7 +159,7 @@ def parse(data: Any) -> dict:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ReportError(f"not a KV cache report (schema_version {version!r})")
     if version > SCHEMA_VERSION:
-        from .._version import __version__
+        from vllm_kv_strategies._version import __version__
 
         raise ReportError(
             f"written with report schema {version}, newer than this vllm-kv-strategies {__version__} "

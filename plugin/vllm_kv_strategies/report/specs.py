@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..compat.specs import layer_spec
+from vllm_kv_strategies.core.specs import layer_spec
 
 
 def dtype_name(value: Any) -> str | None:

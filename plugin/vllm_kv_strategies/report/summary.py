@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..logger import PREFIX
+from vllm_kv_strategies.logger import PREFIX
 
 #: A report's ``built_by``: who allocated and laid out the KV cache.
 BUILT_BY = {

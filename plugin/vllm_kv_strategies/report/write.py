@@ -21,16 +21,16 @@ from typing import Any
 
 import torch
 
-from .. import compat
-from ..compat.specs import required_bytes, tensor_layers
-from ..compat.parallel import ParallelRanks, parallel_ranks
-from .._version import __version__
-from ..logger import PREFIX, logger
-from .files import run_id, write_report  # noqa: F401  (the writer's names: report.write_report)
-from .schema import MARKER, SCHEMA_VERSION, iso, utc_now
-from .addressed import Span, overlap, span
-from .specs import capacity, describe_groups, dtype_name, group_capacity, own_spec, spec_kind
-from .summary import BUILT_BY, KVCacheSummary
+from vllm_kv_strategies.core.specs import required_bytes, tensor_layers
+from vllm_kv_strategies.report.parallel import ParallelRanks, parallel_ranks
+from vllm_kv_strategies._version import __version__
+from vllm_kv_strategies.logger import PREFIX, logger
+from vllm_kv_strategies.versions import Versions
+from vllm_kv_strategies.report.files import run_id, write_report  # noqa: F401  (the writer's names: report.write_report)
+from vllm_kv_strategies.report.schema import MARKER, SCHEMA_VERSION, iso, utc_now
+from vllm_kv_strategies.report.addressed import Span, overlap, span
+from vllm_kv_strategies.report.specs import capacity, describe_groups, dtype_name, group_capacity, own_spec, spec_kind
+from vllm_kv_strategies.report.summary import BUILT_BY, KVCacheSummary
 
 #: Data pointers are reported aligned to at most this (2 MiB, the KV transfer need).
 MAX_REPORTED_ALIGNMENT = 2 * 1024 * 1024
@@ -68,7 +68,7 @@ def build_report(
     """The JSON-able report (schema 3) of ``kv_caches``.
 
     Args:
-        plan: the :class:`~vllm_kv_strategies.plan.KVCachePlan` the plugin
+        plan: the :class:`~vllm_kv_strategies.core.plan.KVCachePlan` the plugin
             planned (and checked) before the build, or None when it made
             none (observe, the fallback): then each layer's strategy and
             page parts are null.
@@ -84,7 +84,7 @@ def build_report(
             parallel rank); None: no data parallelism.
         place: the worker's ranks (the report's ``rank``, ``world_size`` and
             ``parallel``), when the caller knows them; defaults to
-            :func:`~vllm_kv_strategies.compat.parallel.parallel_ranks` of
+            :func:`~vllm_kv_strategies.report.parallel.parallel_ranks` of
             ``parallel_config``: vLLM's global rank, data-parallel engines
             included; rank 0 of 1 without torch.distributed.
         built_by: who built it, a key of :data:`~.summary.BUILT_BY`;
@@ -105,7 +105,7 @@ def build_report(
         ValueError: neither ``plan`` nor ``kv_cache_config`` given, or an
             unknown ``built_by``.
     """
-    from .. import envs
+    from vllm_kv_strategies import envs
 
     config = kv_cache_config if kv_cache_config is not None else getattr(plan, "kv_cache_config", None)
     if config is None:
@@ -212,7 +212,7 @@ def build_report(
         max_concurrency=vllm_capacity[1] if vllm_capacity else None,
         max_model_len=vllm_capacity[2] if vllm_capacity else None,
     )
-    installed = compat.Installed.detect()
+    installed = Versions.detect()
     now = utc_now()
     return {
         "schema_version": SCHEMA_VERSION,
@@ -261,7 +261,7 @@ def log_summary(
     Arguments as :func:`build_report`; ``plan`` None when the plugin made none. Never raises: the KV cache is built already, and a failure to
     describe it is logged as a warning (None returned) rather than stopping vLLM.
     """
-    from .. import envs
+    from vllm_kv_strategies import envs
 
     try:
         report = build_report(plan, kv_caches, kv_cache_config=kv_cache_config, mode=mode, model=model, runner=runner,
