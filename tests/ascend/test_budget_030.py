@@ -210,7 +210,7 @@ def _force(monkeypatch, owner, name, calls, planner=(ascend_adapter.AscendAdapte
 
 def test_the_sites_cover_the_adapter():
     names = {name for _, name in refusal_sites()}
-    assert {"stock_only_kind", "unbuilt_layout_reason", "hybrid_corruption", "overlay_refusal", "plan_kv_cache",
+    assert {"stock_only_kind", "strided_layout_gap", "hybrid_corruption", "overlay_form_refusal", "plan_kv_cache",
             "private_layer_config", "overlay_plan", "check_within_config", "layer_regions"} <= names
 
 
@@ -249,7 +249,7 @@ def test_a_refusal_after_an_unscaled_budget_step_never_reaches_stock(site, mode,
     assert allocated == []
 
 
-@pytest.mark.parametrize("site", [s for s in SITES if s[1] in ("stock_only_kind", "unbuilt_layout_reason", "overlay_refusal")],
+@pytest.mark.parametrize("site", [s for s in SITES if s[1] in ("stock_only_kind", "strided_layout_gap", "overlay_form_refusal")],
                          ids=site_id)
 def test_a_refusal_at_the_budget_step_keeps_stocks_scale_and_stock_builds_within_it(site, monkeypatch):
     """The same refusal seen at the budget step: stock's scale stays and is recorded, and the

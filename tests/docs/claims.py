@@ -121,7 +121,7 @@ def tree_problems(docs: dict[str, str], root: Path = ROOT) -> list[str]:
                 continue
             for line in lines[1:]:
                 if line.startswith("  ") and not line.startswith("   "):
-                    entry = line.split()[0]
+                    entry = line.split()[0].rstrip(",")  # the first of "a.py, b.py   what they hold"
                     where = root / lines[0] / entry
                 elif line and not line.startswith(" "):
                     entry = line.split()[0].rstrip(",")

@@ -110,7 +110,7 @@ def test_a_removed_path_fails(tmp_path):
         shutil.copytree(claims.ROOT / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
     assert claims.path_problems(claims.documents(tmp_path), tmp_path) == []
     (tmp_path / "tools" / "install_in_ascend_image.sh").unlink()
-    (tmp_path / "plugin" / "vllm_kv_strategies" / "compat" / "matrix.py").unlink()
+    (tmp_path / "plugin" / "vllm_kv_strategies" / "platforms" / "matrix.py").unlink()
     problems = claims.path_problems(claims.documents(tmp_path), tmp_path)
     assert any("'tools/install_in_ascend_image.sh'" in p for p in problems), problems
     assert any("platforms/matrix.py" in p for p in problems), problems

@@ -67,7 +67,7 @@ def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def on_ascend() -> bool:
     """Whether the platform planned is vllm-ascend's: then each side, stock and the plugin,
-    is planned and built by its own code (:mod:`.ascend`)."""
+    is planned and built by its own code (:mod:`vllm_kv_strategies.platforms.ascend.plan`)."""
     from vllm.platforms import current_platform
 
     return current_platform.device_type == "npu"

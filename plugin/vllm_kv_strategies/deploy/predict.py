@@ -53,7 +53,7 @@ class Prediction:
     param_bytes: list[int]
     refusal: str | None = None
     sides: list[Any] = dataclasses.field(default_factory=list)
-    #: on vllm-ascend: ``{"stock": Side, "plugin": Side}`` (:mod:`.ascend`), each planned and built by its own code
+    #: on vllm-ascend: ``{"stock": Side, "plugin": Side}`` (:mod:`vllm_kv_strategies.platforms.ascend.plan`), each planned and built by its own code
     ascend: dict[str, Any] | None = None
     tokens: int | None = None
     max_concurrency: float | None = None

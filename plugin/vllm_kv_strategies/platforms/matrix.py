@@ -13,7 +13,7 @@ __all__ = ["ASCEND_RELEASES", "UPSTREAM_VLLM_RELEASES", "Installed", "exact_rele
 UPSTREAM_VLLM_RELEASES: tuple[str, ...] = ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 #: (vLLM, vllm-ascend) release pairs with a cell whose NPUModelRunner is proven
 #: against stock; the exact vllm-ascend version each cell pins, and every other
-#: release ``auto`` patches, are in :mod:`.ascend_releases`.
+#: release ``auto`` patches, are in :mod:`.ascend.releases`.
 ASCEND_RELEASES: tuple[tuple[str, str], ...] = tuple((r, r) for r in CELL_PINS)
 
 class Installed(Versions):

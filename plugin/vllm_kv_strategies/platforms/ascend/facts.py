@@ -22,11 +22,13 @@ from vllm_kv_strategies.platforms.ascend.strided import (
     is_hybrid,
     kernel_block_sizes_by_layer,
     layer_specs,
+    overlay_form_refusal,
     overlay_refusal,
     overlays_groups,
     private_bytes,
     private_layer_config,
     strided_form,
+    strided_layout_gap,
     unbuilt_layout_reason,
 )
 from vllm_kv_strategies.platforms.ascend.stock_only import config_as_allocated, hybrid_corruption, stock_only_kind  # noqa: F401  (re-exported: 0.30's stock paths)

@@ -18,7 +18,7 @@ the layerwise-reuse plan, KV sharing layers), planned by the same
 :meth:`~vllm_kv_strategies.platforms.ascend.runner.AscendAdapter.plan_runner` the
 allocation runs, with every refusal it can raise. Only an overlay plan leaves
 the budget unscaled. The decision is recorded on the runner
-(:mod:`.ascend_budget`), and the allocation follows it: a runner left unscaled
+(:mod:`.budget`), and the allocation follows it: a runner left unscaled
 builds the overlay or raises
 :class:`~vllm_kv_strategies.errors.UnscaledBudgetError` in every mode, since
 stock's private buffers would need several times the budget. Otherwise the
@@ -50,21 +50,23 @@ def overlay_wanted(runner: Any) -> bool:
 
 
 def overlay_plan(
-    runner: Any, kv_cache_config: Any, plan: KVCachePlan, kernel: dict[str, int]
+    runner: Any, kv_cache_config: Any, plan: KVCachePlan, kernel: dict[str, int], specs: dict[str, Any]
 ) -> tuple[TensorLayout, dict[str, tuple[int, ...]]]:
     """One backing of the config's size; each layer a region of ``num_blocks``
     pages at ``offset + l * layer_stride``, viewed as K|V interleaved per kernel
     block (the backend's ``(2, rows, ...)`` shape). ``plan``: the strategies'
-    per-layer plan (each page checked); ``kernel``: layer -> kernel block size.
+    per-layer plan (each page checked); ``kernel``: layer -> kernel block size; ``specs``:
+    the config's :func:`~.strided.layer_specs`. The caller
+    (:meth:`~.runner.AscendAdapter.plan_runner`) has refused what the strategies do not build.
 
     Returns:
         the layout (:attr:`TensorLayout.regions`) and layer -> K|V shape.
 
     Raises:
-        KVCacheLayoutError: :func:`~vllm_kv_strategies.platforms.ascend.strided.overlay_refusal`
+        KVCacheLayoutError: :func:`~vllm_kv_strategies.platforms.ascend.strided.overlay_form_refusal`
             gives a reason, or the regions do not fit (:func:`~vllm_kv_strategies.core.strided.layer_regions`).
     """
-    reason = facts.overlay_refusal(runner, kv_cache_config)
+    reason = facts.overlay_form_refusal(runner, kv_cache_config, specs)
     if reason is not None:
         raise KVCacheLayoutError(f"vLLM's overlay of {len(kv_cache_config.kv_cache_groups)} KV cache groups: {reason}")
     n = kv_cache_config.num_blocks

@@ -119,13 +119,16 @@ class AscendAdapter(RunnerAdapter):
         if that is not possible. ``kernel_block_sizes``: per KV cache group,
         as vllm-ascend 0.30 passes them (else the runner's own). A 0.30 config
         overlaying KV cache groups is built as vLLM's overlay where ``overlay``
-        or the worker's budget step asked for it (:mod:`.ascend_overlay`)."""
-        layer_names = [name for group in kv_cache_config.kv_cache_groups for name in group.layer_names]
-        hybrid = facts.is_hybrid(kv_cache_config)  # 0.30: overlaid by stock itself, its budget unscaled
+        or the worker's budget step asked for it (:mod:`.overlay`)."""
+        given = kv_cache_config
+        specs = facts.layer_specs(kv_cache_config)  # the config restated once: layer -> its own spec
+        hybrid = facts.is_hybrid(kv_cache_config, specs)  # 0.30: overlaid by stock itself, its budget unscaled
+        strided = facts.strided_form(kv_cache_config)  # 0.30: buffers of its own per layer, or vLLM's overlay
         reason = facts.stock_only_kind(runner, kv_cache_config)  # 0.30's own paths, named as stock decides them
         if reason is None and hybrid and (corrupt := facts.hybrid_corruption(kv_cache_config)) is not None:
             raise StockWouldCorruptError(f"the plugin refuses {corrupt}")
-        reason = reason or facts.stock_only_reason(runner, layer_names, facts.layer_specs(kv_cache_config)) or facts.unbuilt_layout_reason(runner, kv_cache_config, hybrid)
+        reason = reason or facts.stock_only_reason(runner, list(specs), specs) or (
+            facts.strided_layout_gap(runner, kv_cache_config, specs, hybrid) if strided else None)
         if reason is not None:
             raise UnsupportedSpecError(f"the strategies do not build the {reason}")
         facts.binds_per_virtual_engine()  # asked of vLLM here, so a binder it cannot read falls back
@@ -136,7 +139,8 @@ class AscendAdapter(RunnerAdapter):
             kv_cache_config = normalize_legacy_specs(kv_cache_config, dims, facts.LEGACY_INDEX_HEAD_DIM)
         if facts.bsh_int8_layout(runner):
             kv_cache_config = restate_bsh(kv_cache_config)
-        strided = facts.strided_form(kv_cache_config)  # 0.30: buffers of its own per layer, or vLLM's overlay
+        if kv_cache_config is not given:  # restated: ask its own specs and form
+            specs, strided = facts.layer_specs(kv_cache_config), facts.strided_form(kv_cache_config)
         runner_only = set(getattr(runner, "runner_only_attn_layers", ()) or ())
         plan = plan_kv_cache(
             facts.private_layer_config(kv_cache_config, runner_only) if strided else kv_cache_config,
@@ -147,7 +151,7 @@ class AscendAdapter(RunnerAdapter):
         if strided:
             kernel = facts.kernel_block_sizes_by_layer(runner, kv_cache_config, kernel_block_sizes)
             if hybrid or (facts.overlays_groups(kv_cache_config, runner_only) and (overlay or overlay_wanted(runner))):
-                layout, shapes = overlay_plan(runner, kv_cache_config, plan, kernel)
+                layout, shapes = overlay_plan(runner, kv_cache_config, plan, kernel, specs)
                 return AscendPlan(plan, [layout], hybrid, kernel, shapes)
             interleaved = facts.interleaved_kv_layers(runner, kv_cache_config)
         else:

@@ -50,10 +50,11 @@ def _ascend_config(runner: Any) -> Any:
     return getattr(runner, "ascend_config", None)
 
 
-def is_hybrid(kv_cache_config: Any) -> bool:
+def is_hybrid(kv_cache_config: Any, specs: dict[str, Any] | None = None) -> bool:
     """Whether the config has Mamba and attention layers (stock's
-    ``hybrid_with_attn_and_mamba``, detected across all KV cache groups)."""
-    mamba = [is_mamba(spec) for spec in layer_specs(kv_cache_config).values()]
+    ``hybrid_with_attn_and_mamba``, detected across all KV cache groups);
+    ``specs``: its :func:`layer_specs`, where the caller has them."""
+    mamba = [is_mamba(spec) for spec in (specs if specs is not None else layer_specs(kv_cache_config)).values()]
     return any(mamba) and not all(mamba)
 
 
@@ -76,10 +77,14 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
     """
     if not strided_form(kv_cache_config):
         return None
-    named = stock_only_kind(runner, kv_cache_config)
-    if named is not None:
-        return named
-    specs = layer_specs(kv_cache_config)
+    return stock_only_kind(runner, kv_cache_config) or strided_layout_gap(
+        runner, kv_cache_config, layer_specs(kv_cache_config), overlay)
+
+
+def strided_layout_gap(runner: Any, kv_cache_config: Any, specs: dict[str, Any], overlay: bool = False) -> str | None:
+    """:func:`unbuilt_layout_reason` past the kinds stock builds on paths of its own, for a
+    config in the strided form whose :func:`~.stock_only.stock_only_kind` is None;
+    ``specs``: its :func:`layer_specs` (the caller has asked both already)."""
     kinds = ", ".join(sorted({type(spec).__name__ for spec in specs.values()}))
     found = []
     tensors = kv_cache_config.kv_cache_tensors
@@ -96,7 +101,7 @@ def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = Fal
         found.append("compressed KV cache (use_compress)")
     if model_type in ("deepseek_v41", "step3p5", "step3p7"):
         found.append(f"{model_type} KV cache")
-    if is_hybrid(kv_cache_config) and not overlay:
+    if is_hybrid(kv_cache_config, specs) and not overlay:
         found.append("a hybrid (Mamba + attention) shared backing")
     check_mxfp = getattr(runner, "_is_c8_mxfp_kv_cache", None)
     for spec in specs.values():
@@ -203,15 +208,22 @@ def overlay_refusal(runner: Any, kv_cache_config: Any) -> str | None:
     page in its region, ``[conv | ssm | pad]``, as stock's
     ``_adjust_kv_layout`` views them.
     """
+    reason = unbuilt_layout_reason(runner, kv_cache_config, overlay=True)
+    if reason is not None:
+        return f"the strategies do not build the {reason}"
+    return overlay_form_refusal(runner, kv_cache_config, layer_specs(kv_cache_config))
+
+
+def overlay_form_refusal(runner: Any, kv_cache_config: Any, specs: dict[str, Any]) -> str | None:
+    """:func:`overlay_refusal` for a config whose layouts the strategies build
+    (:func:`unbuilt_layout_reason` with ``overlay``: None, asked already); ``specs``:
+    its :func:`layer_specs`."""
     from vllm.config import get_layers_from_vllm_config
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.v1.kv_cache_interface import AttentionSpec
     from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
 
-    reason = unbuilt_layout_reason(runner, kv_cache_config, overlay=True)
-    if reason is not None:
-        return f"the strategies do not build the {reason}"
-    hybrid = is_hybrid(kv_cache_config)
+    hybrid = is_hybrid(kv_cache_config, specs)
     if not hybrid and getattr(runner, "dcp_size", 1) > 1:
         return "decode context parallelism (stock 0.30 gives its attention layers separate K and V, not K|V interleaved)"
     layout = runner.vllm_config.cache_config.get_resolved_kv_cache_layout()
@@ -219,7 +231,7 @@ def overlay_refusal(runner: Any, kv_cache_config: Any) -> str | None:
         return f"KV cache layout {layout} is not layer- and block-compact (stock's overlay gate)"
     backends = _layer_backends(runner)
     layers = get_layers_from_vllm_config(runner.vllm_config, AttentionLayerBase)
-    for name, spec in layer_specs(kv_cache_config).items():
+    for name, spec in specs.items():
         what = f"layer {name!r} ({type(spec).__name__})"
         if hybrid and is_mamba(spec):  # states page by page, [conv | ssm | pad] (stock's _adjust_kv_layout)
             continue

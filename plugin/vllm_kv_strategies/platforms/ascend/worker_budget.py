@@ -47,7 +47,7 @@ class MultiGroupBudgetAdapter(RunnerAdapter):
     def scale(self, stock: Any, worker: Any, available_memory: int, *args: Any, **kwargs: Any) -> int:
         """Stock's budget, or ``available_memory`` unscaled where the plugin
         will build vLLM's overlay (one INFO line with stock's scale); the
-        decision is recorded on the worker's runner (:mod:`.ascend_budget`)."""
+        decision is recorded on the worker's runner (:mod:`.budget`)."""
         scaled = stock(worker, available_memory, *args, **kwargs)
         runner = getattr(worker, "model_runner", None)
         if runner is None or self.observing():
