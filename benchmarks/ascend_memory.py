@@ -2,7 +2,8 @@
 
 Run in an Ascend cell's environment (tools/nox.sh -s ascend-X builds it in .nox/ascend-X with dashes):
 
-    .nox/ascend-0-23-0/bin/python benchmarks/ascend_memory.py [--budget-mib 1024] [--repeats 5] [--quick] [--json OUT]
+    .nox/ascend-0-23-0/bin/python benchmarks/ascend_memory.py [--budget-mib 1024] [--repeats 5] [--quick]
+        [--only {memory,init}] [--json OUT]
 
 For the real layer configurations of Qwen3-Next-80B-A3B (TP 4), DeepSeek-V3 (MLA),
 DeepSeek-V3.2-Exp (sparse MLA) and Qwen3-8B (dense), with the same per-device KV
@@ -15,8 +16,12 @@ its Qwen3-Next config has fewer, larger blocks than stock's at the same budget a
 allocates exactly that budget, where stock allocates 2x (0.13) or 4x (0.11) of its own.
 Both sides are measured by the same code (the plugin's report, which counts storages
 and view extents). Then the KV cache initialisation time of 61-layer DeepSeek-V3 and
-48-layer Qwen3-Next (one config for both sides), median of --repeats runs, as
-plugin / stock.
+48-layer Qwen3-Next (one config for both sides), paired: after one unmeasured run of
+each side, each of --repeats pairs runs stock and the plugin back to back (which goes
+first alternates), each on a fresh runner and its own deep copy of the config;
+plugin / stock is the median of the pairs' ratios (robust to load that other processes
+put on the machine), shown with each side's median in ms. --only memory / --only init
+runs one section (default both).
 """
 
 from __future__ import annotations
@@ -166,30 +171,28 @@ def multi_group_rows(budget: int, results: dict) -> None:
                 results["multi_group"].append(row)
 
 
-def init_time(model, fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        runner = model.make_runner()
-        config = copy.deepcopy(model.kv_cache_config)
-        start = time.perf_counter()
-        fn(runner, config)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def _timed(fn, model) -> float:
+    runner = model.make_runner()
+    config = copy.deepcopy(model.kv_cache_config)
+    start = time.perf_counter()
+    fn(runner, config)
+    return time.perf_counter() - start
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--budget-mib", type=int, default=1024, help="per-device KV budget (MiB)")
-    ap.add_argument("--repeats", type=int, default=5, help="runs per init-time median")
-    ap.add_argument("--quick", action="store_true", help="tiny budget and 1 repeat: checks the benchmark runs (CI)")
-    ap.add_argument("--json", help="also write the results here")
-    args = ap.parse_args()
-    budget = (16 if args.quick else args.budget_mib) << 20
-    repeats = 1 if args.quick else args.repeats
-    version = importlib.metadata.version("vllm-ascend")
-    results = {"vllm_ascend": version, "budget_bytes": budget, "memory": [], "init_time": [], "multi_group": []}
+def init_time(model, repeats: int) -> dict:
+    """``repeats`` pairs: stock and plugin back to back on fresh runners and configs, alternating
+    which goes first; the median of each side and of the per-pair plugin / stock ratios."""
+    stock_s, plugin_s, ratios = [], [], []
+    for i in range(repeats):
+        order = ((stock, stock_s), (plugin, plugin_s)) if i % 2 == 0 else ((plugin, plugin_s), (stock, stock_s))
+        for fn, times in order:
+            times.append(_timed(fn, model))
+        ratios.append(plugin_s[-1] / stock_s[-1])
+    return {"stock_s": statistics.median(stock_s), "plugin_s": statistics.median(plugin_s),
+            "plugin_over_stock": statistics.median(ratios), "ratios": ratios}
 
-    print(f"vllm-ascend {version}, per-device KV budget {budget >> 20} MiB")
+
+def memory_rows(budget: int, results: dict) -> None:
     print(f"| model | transfer | side | bytes allocated | bytes required | allocated / required | padding per buffer | num_blocks | token slots | plugin / stock |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, build in MODELS.items():
@@ -219,24 +222,51 @@ def main() -> None:
     if rf.RELEASE >= (0, 30):
         multi_group_rows(max(budget, 128 << 20), results)  # --quick's 16 MiB holds no Gemma-3-like block on stock's side
 
+
+def init_rows(repeats: int, results: dict) -> None:
     print()
-    print("| model | stock init (ms, median) | plugin init (ms, median) | plugin / stock |")
+    print(f"KV cache init time, {repeats} pairs (stock and plugin back to back, alternating first)")
+    print("| model | stock init (ms, median) | plugin init (ms, median) | plugin / stock (median of pairs) |")
     print("|---|---|---|---|")
     for name, build in (("DeepSeek-V3 (61 layers)", lambda: rf.deepseek_v3(num_blocks=64)), ("Qwen3-Next-80B-A3B (48 layers)", lambda: rf.qwen3_next(tp=4, num_blocks=16, plugin_sizing=True))):
         model = build()
         try:
-            s = init_time(model, stock, repeats)
+            _timed(stock, model)
         except Exception as exc:
-            s = float("nan")
-            print(f"stock failed: {exc}")
+            print(f"| {name} | stock failed: {exc} | | |")
+            results["init_time"].append({"model": name, "stock_error": str(exc)[:300], "repeats": repeats})
+            continue
         try:
-            p = init_time(model, plugin, repeats)
+            _timed(plugin, model)
         except KVStrategiesError as exc:  # refused by name, stock builds it
+            s = statistics.median(_timed(stock, model) for _ in range(repeats))
             print(f"| {name} | {s * 1e3:.1f} | refused: {exc} | |")
             results["init_time"].append({"model": name, "stock_s": s, "refused": str(exc)[:300], "repeats": repeats})
             continue
-        print(f"| {name} | {s * 1e3:.1f} | {p * 1e3:.1f} | {p / s:.2f} |")
-        results["init_time"].append({"model": name, "stock_s": s, "plugin_s": p, "repeats": repeats})
+        r = init_time(model, repeats)
+        print(f"| {name} | {r['stock_s'] * 1e3:.1f} | {r['plugin_s'] * 1e3:.1f} | {r['plugin_over_stock']:.2f} |")
+        results["init_time"].append({"model": name, "repeats": repeats, **r})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--budget-mib", type=int, default=1024, help="per-device KV budget (MiB)")
+    ap.add_argument("--repeats", type=int, default=5, help="stock / plugin pairs per init-time median")
+    ap.add_argument("--quick", action="store_true", help="tiny budget and 1 repeat: checks the benchmark runs (CI)")
+    ap.add_argument("--only", choices=("memory", "init"), help="run one section (default: both)")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    budget = (16 if args.quick else args.budget_mib) << 20
+    repeats = 1 if args.quick else args.repeats
+    version = importlib.metadata.version("vllm-ascend")
+    results = {"vllm_ascend": version, "budget_bytes": budget, "memory": [], "init_time": [], "multi_group": []}
+
+    print(f"vllm-ascend {version}, per-device KV budget {budget >> 20} MiB")
+    if args.only != "init":
+        memory_rows(budget, results)
+
+    if args.only != "memory":
+        init_rows(repeats, results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

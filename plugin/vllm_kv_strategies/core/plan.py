@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from vllm_kv_strategies.core.specs import layer_spec, tensor_layers, unpadded_page_bytes
@@ -51,9 +52,10 @@ class LayerPlan:
         """Bytes per block without padding (sum of the parts)."""
         return sum(p.nbytes for p in self.parts)
 
-    @property
+    @cached_property
     def padded_page_bytes(self) -> int:
-        """Bytes per block the config reserves (``spec.page_size_bytes``)."""
+        """Bytes per block the config reserves (``spec.page_size_bytes``; asked of the spec once,
+        since vLLM computes it on every access)."""
         return self.spec.page_size_bytes
 
     @property
@@ -138,6 +140,7 @@ def plan_kv_cache(
             )
 
     plan = KVCachePlan(kv_cache_config)
+    pages: dict[int, int] = {}  # id(spec) -> its unpadded page: layers of a group share their spec
     for gid, group in enumerate(kv_cache_config.kv_cache_groups):
         for name in group.layer_names:
             if name in skip_layers:
@@ -147,15 +150,16 @@ def plan_kv_cache(
                 raise KVCacheLayoutError(
                     f"layer {name!r} ({type(spec).__name__}, group {gid}) is served by no KV cache tensor"
                 )
-            strategy, parts = _resolve_parts(registry, name, spec, dims(name) if callable(dims) else dims)
+            strategy, parts = _resolve_parts(registry, name, spec, dims(name) if callable(dims) else dims, pages)
             plan.layers[name] = LayerPlan(name, gid, spec, strategy, parts, tensor_of[name])
     return plan
 
 
 def _resolve_parts(
-    registry: StrategyRegistry, name: str, spec: Any, dims: ModelDims
+    registry: StrategyRegistry, name: str, spec: Any, dims: ModelDims, pages: dict[int, int]
 ) -> tuple[KVCacheStrategy, tuple[PagePart, ...]]:
-    """Resolve ``spec`` and check its parts against the spec's page size.
+    """Resolve ``spec`` and check its parts against the spec's page size
+    (``pages``: id(spec) -> its unpadded page, filled on first use).
 
     A third-party strategy that fails here is logged and refused (removed from
     the registry) and the spec is resolved again; a built-in one's error is
@@ -169,11 +173,12 @@ def _resolve_parts(
         try:
             parts = strategy.page_parts(spec, dims)
             page = sum(p.nbytes for p in parts)
-            if page != unpadded_page_bytes(spec):
+            unpadded = pages[id(spec)] if id(spec) in pages else pages.setdefault(id(spec), unpadded_page_bytes(spec))
+            if page != unpadded:
                 raise KVCacheLayoutError(
                     f"strategy {strategy.name} lays out {page} bytes per block "
                     f"({', '.join(f'{p.name} {p.nbytes}' for p in parts)}) but "
-                    f"{type(spec).__name__} says {unpadded_page_bytes(spec)}"
+                    f"{type(spec).__name__} says {unpadded}"
                 )
             return strategy, parts
         except Exception as exc:

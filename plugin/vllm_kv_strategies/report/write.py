@@ -48,6 +48,79 @@ def _alignment(ptr: int) -> int:
     return min(ptr & -ptr, MAX_REPORTED_ALIGNMENT) if ptr else MAX_REPORTED_ALIGNMENT
 
 
+def _record(storages: dict[int, dict], name: str, view: torch.Tensor) -> tuple[dict, Span]:
+    """Count ``view`` of layer ``name`` in its buffer (``storages``: data pointer -> buffer); its span."""
+    storage = view.untyped_storage()
+    buf = storages.setdefault(storage.data_ptr(), {"id": len(storages), "bytes": storage.nbytes(), "layers": [], "extent": None})
+    sp = span(tuple(view.shape), tuple(view.stride()), view.storage_offset(), view.element_size())
+    start, end = sp.extent
+    ext = buf["extent"]
+    if sp.runs:
+        buf["extent"] = (start, end) if ext is None else (min(ext[0], start), max(ext[1], end))
+    if name not in buf["layers"]:
+        buf["layers"].append(name)
+    return buf, sp
+
+
+def _built(plan: Any, kv_caches: dict[str, Any], modules: Any, layer_specs: dict) -> tuple[dict, dict]:
+    """Layers built (the plan's, or the config's that were built) -> own spec; layers per strategy."""
+    if plan is not None:
+        return {name: own_spec(lp.spec, (modules or {}).get(name)) for name, lp in plan.layers.items()}, dict(plan.strategy_counts())
+    return {name: spec for name, (_, spec) in layer_specs.items() if name in kv_caches}, {}
+
+
+def _summary(storages: dict[int, dict], built: dict, per_strategy: dict, config: Any, strided: bool | None,
+             vllm_config: Any, rank: int) -> KVCacheSummary:
+    """The totals of the buffers ``storages`` holding the layers ``built``."""
+    # required: what vLLM's config plans (on vllm-ascend 0.30 the plan lays the strided tensors out
+    # per layer, as stock does; the config's own tensors say what was planned)
+    per_kind = dict(Counter(spec_kind(spec) for spec in built.values()))
+    allocated = sum(b["bytes"] for b in storages.values())
+    required = required_bytes(list(config.kv_cache_tensors), strided)
+    # Outside the views' extent: the transfer alignment's slack (allocate + 2 MiB, view from an
+    # aligned address: prefix + tail = 2 MiB), else bytes no view uses (a region's prefix or tail).
+    aligned = unused = 0
+    for base, b in storages.items():
+        outside = b["bytes"] - (b["extent"][1] - b["extent"][0]) if b["extent"] else b["bytes"]  # empty views: all
+        if b["extent"] and outside == MAX_REPORTED_ALIGNMENT and (base + b["extent"][0]) % MAX_REPORTED_ALIGNMENT == 0:
+            aligned += outside
+        else:
+            unused += outside
+    block_sizes = {spec.block_size for spec in built.values()}
+    vllm_capacity = capacity(vllm_config, config)
+    return KVCacheSummary(
+        rank=rank,
+        layers_per_strategy=per_strategy,
+        layers_per_kind=per_kind,
+        raw_buffers=len(storages),
+        bytes_allocated=allocated,
+        bytes_required=required,
+        alignment_padding=aligned,
+        unused_bytes=unused,
+        duplicated_bytes=max(0, allocated - required - aligned - unused),
+        num_blocks=config.num_blocks,
+        token_slots=config.num_blocks * min(block_sizes, default=0),
+        tokens=vllm_capacity[0] if vllm_capacity else None,
+        max_concurrency=vllm_capacity[1] if vllm_capacity else None,
+        max_model_len=vllm_capacity[2] if vllm_capacity else None,
+    )
+
+
+def _settle(plan: Any, kv_cache_config: Any, mode: str | None, built_by: str | None) -> tuple[Any, str, str]:
+    """The config, mode and ``built_by`` a report of ``plan`` uses (build_report's defaults and checks)."""
+    from vllm_kv_strategies import envs
+
+    config = kv_cache_config if kv_cache_config is not None else getattr(plan, "kv_cache_config", None)
+    if config is None:
+        raise ValueError("build_report needs a plan or a kv_cache_config")
+    mode = envs.KV_STRATEGIES if mode is None else mode
+    if built_by is None:
+        built_by = "plugin" if plan is not None else "stock_observed" if mode == "observe" else "stock_fallback"
+    if built_by not in BUILT_BY:
+        raise ValueError(f"built_by {built_by!r} is none of {', '.join(BUILT_BY)}")
+    return config, mode, built_by
+
+
 def build_report(
     plan: Any,
     kv_caches: dict[str, Any],
@@ -107,15 +180,8 @@ def build_report(
     """
     from vllm_kv_strategies import envs
 
-    config = kv_cache_config if kv_cache_config is not None else getattr(plan, "kv_cache_config", None)
-    if config is None:
-        raise ValueError("build_report needs a plan or a kv_cache_config")
+    config, mode, built_by = _settle(plan, kv_cache_config, mode, built_by)
     place = parallel_ranks(parallel_config) if place is None else place
-    mode = envs.KV_STRATEGIES if mode is None else mode
-    if built_by is None:
-        built_by = "plugin" if plan is not None else "stock_observed" if mode == "observe" else "stock_fallback"
-    if built_by not in BUILT_BY:
-        raise ValueError(f"built_by {built_by!r} is none of {', '.join(BUILT_BY)}")
     groups, layer_specs = describe_groups(config, modules)
     group_capacity(vllm_config, config, groups)
     storages: dict[int, dict] = {}
@@ -124,17 +190,7 @@ def build_report(
     for name, value in kv_caches.items():
         views = []
         for view in _tensors(value):
-            storage = view.untyped_storage()
-            buf = storages.setdefault(
-                storage.data_ptr(), {"id": len(storages), "bytes": storage.nbytes(), "layers": [], "extent": None}
-            )
-            sp = span(tuple(view.shape), tuple(view.stride()), view.storage_offset(), view.element_size())
-            start, end = sp.extent
-            ext = buf["extent"]
-            if sp.runs:
-                buf["extent"] = (start, end) if ext is None else (min(ext[0], start), max(ext[1], end))
-            if name not in buf["layers"]:
-                buf["layers"].append(name)
+            buf, sp = _record(storages, name, view)
             spans.append((buf["id"], sp, name))
             views.append(
                 {
@@ -173,45 +229,8 @@ def build_report(
                 aliases[other].add(name)
     for name, entry in layers.items():
         entry["aliases"] = sorted(aliases[name])
-    # Layers built (the plan's, or the config's that were built), by kind and strategy.
-    if plan is not None:
-        built = {name: own_spec(lp.spec, (modules or {}).get(name)) for name, lp in plan.layers.items()}
-        per_strategy = dict(plan.strategy_counts())
-    else:
-        built = {name: spec for name, (_, spec) in layer_specs.items() if name in kv_caches}
-        per_strategy = {}
-    # required: what vLLM's config plans (on vllm-ascend 0.30 the plan lays the strided tensors out
-    # per layer, as stock does; the config's own tensors say what was planned)
-    per_kind = dict(Counter(spec_kind(spec) for spec in built.values()))
-    allocated = sum(b["bytes"] for b in storages.values())
-    required = required_bytes(list(config.kv_cache_tensors), strided)
-    # Outside the views' extent: the transfer alignment's slack (allocate + 2 MiB, view from an
-    # aligned address: prefix + tail = 2 MiB), else bytes no view uses (a region's prefix or tail).
-    aligned = unused = 0
-    for base, b in storages.items():
-        outside = b["bytes"] - (b["extent"][1] - b["extent"][0]) if b["extent"] else b["bytes"]  # empty views: all
-        if b["extent"] and outside == MAX_REPORTED_ALIGNMENT and (base + b["extent"][0]) % MAX_REPORTED_ALIGNMENT == 0:
-            aligned += outside
-        else:
-            unused += outside
-    block_sizes = {spec.block_size for spec in built.values()}
-    vllm_capacity = capacity(vllm_config, config)
-    summary = KVCacheSummary(
-        rank=place.rank,
-        layers_per_strategy=per_strategy,
-        layers_per_kind=per_kind,
-        raw_buffers=len(storages),
-        bytes_allocated=allocated,
-        bytes_required=required,
-        alignment_padding=aligned,
-        unused_bytes=unused,
-        duplicated_bytes=max(0, allocated - required - aligned - unused),
-        num_blocks=config.num_blocks,
-        token_slots=config.num_blocks * min(block_sizes, default=0),
-        tokens=vllm_capacity[0] if vllm_capacity else None,
-        max_concurrency=vllm_capacity[1] if vllm_capacity else None,
-        max_model_len=vllm_capacity[2] if vllm_capacity else None,
-    )
+    built, per_strategy = _built(plan, kv_caches, modules, layer_specs)
+    summary = _summary(storages, built, per_strategy, config, strided, vllm_config, place.rank)
     installed = Versions.detect()
     now = utc_now()
     return {
@@ -263,22 +282,33 @@ def log_summary(
     """
     from vllm_kv_strategies import envs
 
+    directory = envs.KV_STRATEGIES_REPORT
+    report = None
     try:
-        report = build_report(plan, kv_caches, kv_cache_config=kv_cache_config, mode=mode, model=model, runner=runner,
-                              parallel_config=parallel_config, built_by=built_by, fallback_reason=fallback_reason,
-                              vllm_config=vllm_config, modules=modules, resizable=resizable)
-        summary = KVCacheSummary(**report["totals"])
+        if directory:  # the whole report, to write
+            report = build_report(plan, kv_caches, kv_cache_config=kv_cache_config, mode=mode, model=model, runner=runner,
+                                  parallel_config=parallel_config, built_by=built_by, fallback_reason=fallback_reason,
+                                  vllm_config=vllm_config, modules=modules, resizable=resizable)
+            summary, built_by = KVCacheSummary(**report["totals"]), report["built_by"]
+        else:  # only the summary line's totals (the same as the report's)
+            config, mode, built_by = _settle(plan, kv_cache_config, mode, built_by)
+            place = parallel_ranks(parallel_config)
+            layer_specs = describe_groups(config, modules)[1] if plan is None else {}
+            storages: dict[int, dict] = {}
+            for name, value in kv_caches.items():
+                for view in _tensors(value):
+                    _record(storages, name, view)
+            summary = _summary(storages, *_built(plan, kv_caches, modules, layer_specs), config, None, vllm_config, place.rank)
     except Exception as exc:
         built = "stock built" if plan is None else "the strategies built"
         logger.warning("%s could not describe the KV cache %s: %r", PREFIX, built, exc)
         return None
-    logger.info("%s", summary.line(report["built_by"], report["fallback_reason"]))
+    logger.info("%s", summary.line(built_by, fallback_reason if built_by == "stock_fallback" else None))
     if resizable:
         logger.info("%s rank %d: resizable KV cache, %s views: %s bytes reserved for %s blocks; %s blocks committed",
                     PREFIX, summary.rank, resizable.get("phase"), resizable.get("reserved_bytes"),
                     resizable.get("reserved_num_blocks"), resizable.get("committed_num_blocks"))
-    directory = envs.KV_STRATEGIES_REPORT
-    if directory:
+    if report is not None:
         try:
             path = write_report(report, directory)
             logger.info("%s rank %d: report written to %s", PREFIX, summary.rank, path)

@@ -34,7 +34,8 @@ def allocate(layouts: list[TensorLayout], device: Any, align: bool) -> dict[str,
             buffers = []
             for nbytes, slices in buffer_slices(layout):
                 raw = _zeros(nbytes, device, align, first)
-                buffers += [raw[offset : offset + n] for offset, n in slices]
+                # a slice that is the whole buffer is the buffer (no view to make)
+                buffers += [raw if (offset, n) == (0, nbytes) else raw[offset : offset + n] for offset, n in slices]
             value = buffers[0] if layout.single else tuple(buffers)
             raws.update((lp.name, value) for lp in layout.layers)
     except BaseException:
