@@ -3,19 +3,19 @@ kind semantics the strategies derive from it), tested on
 the installed release (0.11.0, 0.13.0, 0.18.0 or 0.23.0) against that release's real classes,
 with exact numbers; pure translations are also checked for every release's value.
 
-| difference | releases | compat |
+| difference | releases | where (``platforms.ascend.facts``, else named) |
 |---|---|---|
-| methods to patch | 0.11: 3 complete inits; 0.13+: init + _allocate + _reshape | ``ascend.target`` |
+| methods to patch | 0.11: 3 complete inits; 0.13+: init + _allocate + _reshape | ``target`` |
 | Mamba state views | 0.11: block-interleaved (page stride); 0.13+: state after state | ``mamba_states_interleaved`` |
-| DeepSeek V3.2 layers | 0.11 / 0.13: FullAttentionSpec(1, 576), 2x page; 0.18+: MLA spec + sparse_head_dim | ``ascend.legacy_sparse_form``; ``strategies.sparse_mla.normalize_legacy_specs`` |
+| DeepSeek V3.2 layers | 0.11 / 0.13: FullAttentionSpec(1, 576), 2x page; 0.18+: MLA spec + sparse_head_dim | ``legacy_sparse_form``; ``core.strategies.sparse_mla.normalize_legacy_specs`` |
 | kernel block size | <= 0.13: ``get_supported_block_size``; 0.18+: ``get_supported_kernel_block_sizes`` | ``kernel_block_size`` |
 | format cast of views | 0.11: ``NPUModelRunner._convert_torch_format``; later: none | ``format_converter`` |
 | FA-quant probe | 0.18+: ``vllm_ascend.quantization.utils.enable_fa_quant``; before: none | ``fa_quant_enabled``, ``fa_quant_refusal`` |
 | LI C8 key + scale | 0.18: two raw buffers; 0.23: one (``_allocate_sparse_c8_indexer_tensors``) | ``coallocated_groups`` |
 | ``additional_config`` int8 | 0.11 only (BSH layout; MLA refused) | ``bsh_int8_layout``, ``stock_only_reason`` |
-| MLA spec class | 0.18 rebinds ``kv_cache_interface.MLAAttentionSpec`` to its subclass | ``specs.vllm_spec_class``, ``specs.spec_classes`` |
-| sparse C8 flag | 0.18: ``cache_sparse_c8``; 0.23: ``cache_sparse_{sfa,li}_c8``, ``sfa_dcp_replicated_indexer_size`` | ``specs.ascend_sparse_quant`` (the dense strategies refuse them) |
-| ``KVCacheTensor`` | ``size`` + ``shared_by`` in all four | ``specs.tensor_layers`` |
+| MLA spec class | 0.18 rebinds ``kv_cache_interface.MLAAttentionSpec`` to its subclass | ``core.specs.vllm_spec_class``, ``core.specs.spec_classes`` |
+| sparse C8 flag | 0.18: ``cache_sparse_c8``; 0.23: ``cache_sparse_{sfa,li}_c8``, ``sfa_dcp_replicated_indexer_size`` | ``core.specs.ascend_sparse_quant`` (the dense strategies refuse them) |
+| ``KVCacheTensor`` | ``size`` + ``shared_by`` in all four | ``core.specs.tensor_layers`` |
 
 Also here: 0.11 stock cannot build sliding-window layers beside full attention (the plugin can),
 and the adapter's block-consistency rule for hybrid tensors on each release's sizing.

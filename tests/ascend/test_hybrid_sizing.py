@@ -10,7 +10,7 @@ its own: 2x the planner's budget (stock 0.11 allocates 4x). The plugin therefore
   ``platforms.ascend.targets.HYBRID_SIZING``): vllm-ascend's sizing runs first, then the block becomes
   ssm bytes / K bytes per token (a K page is the ssm state, a multiple of the 128-token kernel
   block: TP1 1024, TP4 512, TP8 256) and the Mamba page is padded to 2 K pages;
-* **layout** (workers, ``layout.ascend.states_in_kv_page``): K at ``[0, N*K)``, V at
+* **layout** (workers, ``platforms.ascend.layout.hybrid_kv.states_in_kv_page``): K at ``[0, N*K)``, V at
   ``[N*K, 2N*K)``, ssm block j = K block j, conv block j in the first conv bytes of V block j
   (a strided conv view, block stride one K page). Decided from the ``KVCacheConfig`` alone, and
   proved by the same block-consistency check (``crosses_blocks``) as 0.18's layout.

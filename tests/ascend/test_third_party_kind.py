@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 
-from vllm_kv_strategies.core.strategies import KVCacheStrategy, LayoutFamily, PagePart
+from vllm_kv_strategies.strategies import KVCacheStrategy, LayoutFamily, PagePart
 
 
 @dataclass(frozen=True, kw_only=True)

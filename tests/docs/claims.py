@@ -110,26 +110,67 @@ def path_problems(docs: dict[str, str], root: Path = ROOT) -> list[str]:
     return problems
 
 
+_TREE_NAME = re.compile(r"[\w.{},/-]+")
+#: Files and directories a directory's description names ("runner.py (V1), layout/ (...)").
+_DESCRIBED = re.compile(r"(?<![\w/.-])([\w-]+(?:\.py|\.json|/))(?![\w])")
+
+
+def _tree_names(line: str) -> list[str] | None:
+    """The names a tree line starts with ("a.py, b/   what they hold": ``a.py``, ``b/``;
+    ``d/{x,y}.py``: ``d/x.py``, ``d/y.py``), or None for a line of description."""
+    head = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+    names = head.split(", ")
+    if not all(_TREE_NAME.fullmatch(n) for n in names):
+        return None
+    expanded = []
+    for n in names:
+        if (m := re.fullmatch(r"(.*)\{([^}]*)\}(.*)", n)) is not None:
+            expanded += [m[1] + alt + m[3] for alt in m[2].split(",")]
+        else:
+            expanded.append(n)
+    return expanded
+
+
 def tree_problems(docs: dict[str, str], root: Path = ROOT) -> list[str]:
     """Source-layout trees (a plain fenced block whose first line is a directory of the
-    repository): every entry of its first level, and every top-level entry, exists."""
+    repository): every name an entry line starts with exists, at any depth (a line indented
+    two more than a directory's lists what is in it; deeper, odd or orphan indents are
+    descriptions going on), every top-level entry, and every ``x.py`` / ``x.json`` / ``d/`` a
+    directory's description names, in that directory."""
     problems = []
     for name, text in docs.items():
         for lang, body in blocks(text):
             lines = body.splitlines()
             if lang or not lines or not lines[0].endswith("/") or not (root / lines[0]).is_dir():
                 continue
+            top = root / lines[0]
+            bases = {0: root, 2: top}  # indent -> the directory its entries are in
+            described = None  # the directory whose description the next lines may go on with
+
+            def check(entry: str, base: Path) -> None:
+                if not (base / entry).exists():
+                    where = entry if base == root else str((base / entry).relative_to(top)) + "/" * entry.endswith("/")
+                    problems.append(f"{name}: its layout of {lines[0]} lists {where!r}, which does not exist")
+
             for line in lines[1:]:
-                if line.startswith("  ") and not line.startswith("   "):
-                    entry = line.split()[0].rstrip(",")  # the first of "a.py, b.py   what they hold"
-                    where = root / lines[0] / entry
-                elif line and not line.startswith(" "):
-                    entry = line.split()[0].rstrip(",")
-                    where = root / entry
-                else:
+                indent = len(line) - len(line.lstrip(" "))
+                names = _tree_names(line) if line.strip() and indent in bases else None
+                if names is None:  # a description going on: the files it names are in that directory
+                    for entry in _DESCRIBED.findall(line) if described is not None else ():
+                        check(entry, described)
                     continue
-                if not where.exists():
-                    problems.append(f"{name}: its layout of {lines[0]} lists {entry!r}, which does not exist")
+                base = bases[indent]
+                for entry in names:
+                    check(entry, base)
+                described = None
+                if indent:  # a directory alone on its line holds the lines indented two more
+                    for deeper in [k for k in bases if k > indent]:
+                        del bases[deeper]
+                    if len(names) == 1 and names[0].endswith("/"):
+                        bases[indent + 2] = described = base / names[0]
+                        head = re.split(r"\s{2,}", line.strip(), maxsplit=1)
+                        for entry in _DESCRIBED.findall(head[1]) if len(head) > 1 else ():
+                            check(entry, described)
     return problems
 
 

@@ -114,7 +114,11 @@ def test_a_removed_path_fails(tmp_path):
     problems = claims.path_problems(claims.documents(tmp_path), tmp_path)
     assert any("'tools/install_in_ascend_image.sh'" in p for p in problems), problems
     assert any("platforms/matrix.py" in p for p in problems), problems
-    assert claims.tree_problems(claims.documents(tmp_path), tmp_path) == []  # the tree lists platforms/, still there
+    # the trees list it inside platforms/ (a nested entry), and the file its description names
+    tree = claims.tree_problems(claims.documents(tmp_path), tmp_path)
+    assert any("'platforms/matrix.py'" in p for p in tree), tree
+    (tmp_path / "plugin" / "vllm_kv_strategies" / "platforms" / "ascend" / "allocate.py").unlink()
+    assert any("'platforms/ascend/allocate.py'" in p for p in claims.tree_problems(claims.documents(tmp_path), tmp_path))
     shutil.rmtree(tmp_path / "plugin" / "vllm_kv_strategies" / "deploy")
     assert any("'deploy/'" in p for p in claims.tree_problems(claims.documents(tmp_path), tmp_path))
 

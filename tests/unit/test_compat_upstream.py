@@ -4,13 +4,13 @@ The upstream adapters call vLLM's own KV cache build unchanged (see
 test_upstream_adapter.py and test_upstream_v2.py), so what differs between
 releases is only what they patch and which spec classes exist:
 
-| fact | 0.30 | 0.31 | 0.32 | 0.33 | 0.34 | compat |
+| fact | 0.30 | 0.31 | 0.32 | 0.33 | 0.34 | where (``platforms``) |
 |---|---|---|---|---|---|---|
-| V1 ``GPUModelRunner.initialize_kv_cache_tensors`` / ``initialize_kv_cache`` | yes | yes | yes | yes | gone | ``upstream.V1``, ``upstream.has_v1`` |
-| V2 ``gpu/model_runner.py`` ``init_kv_cache`` / ``GPUModelRunner.initialize_kv_cache`` | yes | yes | yes | yes | yes | ``upstream.V2`` |
-| V2 code ``auto`` patches | the release | same | same | same | its fingerprint | ``upstream.v2_code_mismatch`` |
+| V1 ``GPUModelRunner.initialize_kv_cache_tensors`` / ``initialize_kv_cache`` | yes | yes | yes | yes | gone | ``upstream.facts.V1``, ``upstream.facts.has_v1`` |
+| V2 ``gpu/model_runner.py`` ``init_kv_cache`` / ``GPUModelRunner.initialize_kv_cache`` | yes | yes | yes | yes | yes | ``upstream.facts.V2`` |
+| V2 code ``auto`` patches | the release | same | same | same | its fingerprint | ``upstream.facts.v2_code_mismatch`` |
 | ``KpoolTailSpec`` (``SlidingWindowSpec`` subclass) | yes | yes | gone | gone | gone | served by full attention where it exists |
-| the planner's two steps | ``kv_cache_utils`` | same | same | ``kv_cache_planning`` | same | ``specs.kv_cache_planner`` |
+| the planner's two steps | ``kv_cache_utils`` | same | same | ``kv_cache_planning`` | same | ``core.specs.kv_cache_planner`` |
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The package's import graph goes one way (CONTRIBUTING.md, "Where code goes"):
+"""The package's import graph goes one way (CONTRIBUTING.md, "Where things live"):
 a core that knows no platform, the report below the platforms, each platform
 in its own package (``platforms/ascend``, ``platforms/upstream``) that never
 imports the other, the platform interface above both, the CLI on top; no
@@ -17,7 +17,7 @@ ROOT = PACKAGE.name
 LAYERS = {
     "_version": 0, "errors": 0, "logger": 0, "envs": 0, "versions": 0,
     "patching": 1,
-    "core": 2,  # strategies, registry, plan, the strided byte-range model
+    "core": 2, "strategies": 2,  # strategies, registry, plan, the strided byte-range model; the public names
     "report": 3,
     "deploy": 4,  # plan's engine: budgets, the model on meta, vLLM's planner
     "platforms.base": 5,  # PatchTarget, the base adapter, install / restore, fingerprints

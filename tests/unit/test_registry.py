@@ -308,7 +308,7 @@ from dataclasses import dataclass
 
 import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheSpec
-from vllm_kv_strategies.core.strategies import KVCacheStrategy, PagePart
+from vllm_kv_strategies.strategies import KVCacheStrategy, PagePart
 
 
 @dataclass(frozen=True)

