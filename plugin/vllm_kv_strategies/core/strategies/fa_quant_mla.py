@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_kv_strategies.core.specs import ascend_spec_classes
+from vllm_kv_strategies.core.specs import platform_spec_classes
 from vllm_kv_strategies.errors import KVCacheLayoutError
 from vllm_kv_strategies.core.strategies.base import KVCacheStrategy, ModelDims, PagePart
 
@@ -30,7 +30,7 @@ class FAQuantMLAStrategy(KVCacheStrategy):
 
     @classmethod
     def spec_types(cls) -> tuple[type, ...]:
-        return ascend_spec_classes("AscendMLAAttentionSpec")
+        return platform_spec_classes("AscendMLAAttentionSpec")
 
     def matches(self, spec: Any) -> bool:
         """A one-byte MLA spec with no cache dtype name and no sparse split."""

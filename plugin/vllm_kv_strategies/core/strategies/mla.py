@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_kv_strategies.core.specs import ascend_spec_classes, spec_classes
+from vllm_kv_strategies.core.specs import platform_spec_classes, spec_classes
 from vllm_kv_strategies.errors import KVCacheLayoutError
 from vllm_kv_strategies.core.strategies.base import KVCacheStrategy, ModelDims, PagePart, require_dense_page
 
@@ -22,7 +22,7 @@ ASCEND_SPEC_CLASS_NAMES = ("AscendMLAAttentionSpec", "AscendSlidingWindowMLASpec
 
 def mla_spec_types() -> tuple[type, ...]:
     """Every MLA spec class of the installed releases."""
-    return tuple(dict.fromkeys((*spec_classes(*SPEC_CLASS_NAMES), *ascend_spec_classes(*ASCEND_SPEC_CLASS_NAMES))))
+    return tuple(dict.fromkeys((*spec_classes(*SPEC_CLASS_NAMES), *platform_spec_classes(*ASCEND_SPEC_CLASS_NAMES))))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_kv_strategies.core.specs import ascend_spec_classes
+from vllm_kv_strategies.core.specs import platform_spec_classes
 from vllm_kv_strategies.errors import KVCacheLayoutError
 from vllm_kv_strategies.core.strategies.base import KVCacheStrategy, ModelDims, PagePart
 
@@ -36,7 +36,7 @@ class SFAIndexerStrategy(KVCacheStrategy):
 
     @classmethod
     def spec_types(cls) -> tuple[type, ...]:
-        return ascend_spec_classes("AscendSFAIndexerCacheSpec")
+        return platform_spec_classes("AscendSFAIndexerCacheSpec")
 
     def page_parts(self, spec: Any, dims: ModelDims) -> tuple[PagePart, ...]:
         """``indexer_k`` and, with ``scale_dim``, ``indexer_scale``, each with

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from vllm_kv_strategies.core.specs import ascend_spec_classes
+from vllm_kv_strategies.core.specs import platform_spec_classes
 from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
 from vllm_kv_strategies.core.strategies.base import Field, KVCacheStrategy, ModelDims, PagePart
 from vllm_kv_strategies.core.strategies.sparse_mla_c8 import qsfa_fields
@@ -77,7 +77,7 @@ class SFAPackedStrategy(KVCacheStrategy):
 
     @classmethod
     def spec_types(cls) -> tuple[type, ...]:
-        return ascend_spec_classes("AscendMLAAttentionSpec")
+        return platform_spec_classes("AscendMLAAttentionSpec")
 
     def matches(self, spec: Any) -> bool:
         return packed_variant(spec) is not None

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from vllm_kv_strategies.core.specs import ascend_sparse_quant, ascend_spec_classes
+from vllm_kv_strategies.core.specs import ascend_sparse_quant, platform_spec_classes
 from vllm_kv_strategies.errors import KVCacheLayoutError, UnsupportedSpecError
 from vllm_kv_strategies.core.strategies.base import Field, KVCacheStrategy, ModelDims, PagePart
 from vllm_kv_strategies.core.strategies.sparse_mla import indexer_key
@@ -75,7 +75,7 @@ class SparseMLAC8Strategy(KVCacheStrategy):
 
     @classmethod
     def spec_types(cls) -> tuple[type, ...]:
-        return ascend_spec_classes("AscendMLAAttentionSpec")
+        return platform_spec_classes("AscendMLAAttentionSpec")
 
     def matches(self, spec: Any) -> bool:
         return bool(getattr(spec, "sparse_head_dim", None)) and ascend_sparse_quant(spec).quantised
