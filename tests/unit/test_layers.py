@@ -7,9 +7,13 @@ import cycle between modules; no module over ~300 lines."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import vllm_kv_strategies
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import layout_metrics  # noqa: E402  (the repository's graph reader: tools/layout_metrics.py)
 
 PACKAGE = Path(vllm_kv_strategies.__file__).parent
 ROOT = PACKAGE.name
@@ -34,11 +38,6 @@ PLATFORM_FREE = ("core",)
 MAX_LINES = 320
 
 
-def module_name(path: Path, root: Path = PACKAGE) -> str:
-    parts = [root.name, *path.relative_to(root).with_suffix("").parts]
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def unit(path: Path, root: Path = PACKAGE) -> str:
     """The unit (a key of :data:`LAYERS`) a file belongs to."""
     parts = path.relative_to(root).with_suffix("").parts
@@ -52,33 +51,8 @@ def unit(path: Path, root: Path = PACKAGE) -> str:
 
 
 def modules(root: Path = PACKAGE) -> dict[str, Path]:
-    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
-
-
-def imports(path: Path, known: dict[str, Path], root: Path = PACKAGE) -> set[str]:
-    """The package's modules ``path`` imports, anywhere in it (also inside functions):
-    ``from a.b import c`` is module ``a.b.c`` where that is a module, else ``a.b``."""
-
-    def resolve(name: str) -> str | None:
-        while name and name not in known:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    package = module_name(path, root).split(".")
-    if path.name != "__init__.py":
-        package = package[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: resolved against the file's package
-                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
-            if base.split(".")[0] == root.name:
-                found.update(filter(None, (resolve(f"{base}.{alias.name}") for alias in node.names)))
-        elif isinstance(node, ast.Import):
-            found.update(filter(None, (resolve(a.name) for a in node.names if a.name.split(".")[0] == root.name)))
-    found.discard(module_name(path, root))
-    return found
+    """Dotted module name -> file, for every module of the package under ``root``."""
+    return {name: Path(path) for name, path in layout_metrics.find_modules(str(root.parent)).items()}
 
 
 def external_imports(path: Path) -> set[str]:
@@ -93,47 +67,15 @@ def external_imports(path: Path) -> set[str]:
 
 
 def graph(root: Path = PACKAGE) -> dict[str, set[str]]:
-    known = modules(root)
-    return {name: imports(path, known, root) for name, path in known.items()}
+    """Module -> the package's modules it imports anywhere in its file (also inside
+    functions; relative imports resolved): ``tools/layout_metrics.py``'s reading."""
+    paths = layout_metrics.find_modules(str(root.parent))
+    return {name: layout_metrics.imports_of(name, path, paths) for name, path in paths.items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
-    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], 0
-    for start in edges:
-        if start in index:
-            continue
-        work = [(start, iter(sorted(edges[start])))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is None:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        found.append(sorted(component))
-            elif child not in index:
-                index[child] = low[child] = counter
-                counter += 1
-                stack.append(child)
-                on_stack.add(child)
-                work.append((child, iter(sorted(edges.get(child, ())))))
-            elif child in on_stack:
-                low[node] = min(low[node], index[child])
-    return found
+    """Strongly connected components of more than one module."""
+    return [component for component in layout_metrics.sccs(edges) if len(component) > 1]
 
 
 def units_of() -> dict[str, str]:
