@@ -37,7 +37,10 @@ Each view's sequence is collapsed (consecutive repeats of a module are one pass)
 ``modules`` = distinct modules, ``passes`` = length of the collapsed sequence, ``climbs`` = passes
 entering a module of a higher static layer than the previous pass's module (going back up the
 import layers), ``returns`` = passes entering a module seen earlier in the collapsed sequence,
-other than the immediately previous one. ``calls`` is the uncollapsed count.
+other than the immediately previous one. ``calls`` is the uncollapsed count. ``up-calls`` counts
+calls (uncollapsed) whose caller is a package module of a lower static layer than the callee's: a
+call that really goes up the import graph (a callback; a base class's method calling a subclass's);
+a climb without one is the caller asking modules of two layers below it in turn.
 """
 
 from __future__ import annotations
@@ -228,31 +231,38 @@ def trace(src: str, static: dict) -> dict:
         except bench.KVStrategiesError:
             pass  # refused by name: the traced run reports it
         every, with_config, outcome = traced_init(bench, model, by_file)
-        results[name] = {"outcome": outcome, "every_call": path_metrics(every, layer),
-                         "config_frames": path_metrics(with_config, layer)}
+        results[name] = {"outcome": outcome}
+        for view, calls in (("every_call", every), ("config_frames", with_config)):
+            results[name][view] = path_metrics([callee for callee, _ in calls], layer)
+            results[name][view]["up_calls"] = sum(
+                1 for callee, caller in calls if caller is not None and layer[callee] > layer[caller])
     return results
 
 
-def traced_init(bench, model, by_file: dict[str, str]) -> tuple[list[str], list[str], str]:
-    """One plugin init on a fresh runner and config under sys.setprofile: the package modules of
-    every call, those of the calls whose frame holds the config, and how the init ended."""
+def traced_init(bench, model, by_file: dict[str, str]) -> tuple[list[tuple], list[tuple], str]:
+    """One plugin init on a fresh runner and config under sys.setprofile: (callee, caller) package
+    modules of every call (caller None outside the package), of the calls whose frame holds the
+    config, and how the init ended."""
     import copy
 
     runner, config = model.make_runner(), copy.deepcopy(model.kv_cache_config)
     every, with_config, modules = [], [], {}
 
+    def module_of(f: str) -> str | None:
+        if f not in modules:
+            modules[f] = by_file.get(os.path.realpath(f))
+        return modules[f]
+
     def profile(frame, event, arg):
         if event != "call":
             return
-        f = frame.f_code.co_filename
-        if f not in modules:
-            modules[f] = by_file.get(os.path.realpath(f))
-        module = modules[f]
+        module = module_of(frame.f_code.co_filename)
         if module is None:
             return
-        every.append(module)
+        caller = module_of(frame.f_back.f_code.co_filename) if frame.f_back is not None else None
+        every.append((module, caller))
         if any(v is config for v in frame.f_locals.values()):
-            with_config.append(module)
+            with_config.append((module, caller))
 
     outcome = "ok"
     sys.setprofile(profile)
@@ -271,7 +281,7 @@ def print_trace(results: dict) -> None:
         for view, label in (("every_call", "a) every call"), ("config_frames", "b) config frames")):
             v = r[view]
             print(f"  {label}: modules {v['modules']}, passes {v['passes']:,}, climbs {v['climbs']:,}, "
-                  f"returns {v['returns']:,} (calls {v['calls']:,})")
+                  f"returns {v['returns']:,}, up-calls {v['up_calls']:,} (calls {v['calls']:,})")
         print("  b) path: " + " > ".join(short(m) for m in r["config_frames"]["sequence"]))
 
 

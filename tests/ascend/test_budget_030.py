@@ -173,7 +173,7 @@ OFF_THE_OVERLAY_PATH = {
     "runner.normalize_legacy_specs": "legacy sparse forms only (0.11-0.13 DeepSeek V3.2)",
     "runner.restate_bsh": "the BSH int8 layout only",
     "runner.plan_layout": "the per-layer (non-overlay) layouts",
-    "runner.release_before": "the per-layer (non-overlay) layouts",
+    "facts.stock_shares_buffers": "the per-layer (non-overlay) layouts",
     "facts.interleaved_kv_layers": "the per-layer (non-overlay) layouts",
     "facts.coallocated_groups": "the per-layer (non-overlay) layouts",
     "facts.mamba_states_interleaved": "the per-layer (non-overlay) layouts",

@@ -32,8 +32,8 @@ from vllm_kv_strategies.platforms.ascend.strided import (
     unbuilt_layout_reason,
 )
 from vllm_kv_strategies.platforms.ascend.stock_only import config_as_allocated, hybrid_corruption, stock_only_kind  # noqa: F401  (re-exported: 0.30's stock paths)
+from vllm_kv_strategies.platforms.ascend.runner_releases import runner_release
 from vllm_kv_strategies.platforms.ascend.targets import (
-    _SPLIT_INIT_FROM,
     ALL_TARGETS,
     ASCEND_V2,
     ASCEND_V2_ALLOCATION,
@@ -41,7 +41,6 @@ from vllm_kv_strategies.platforms.ascend.targets import (
     MULTI_GROUP_BUDGET,
     SPLIT_INIT,
     THREE_INITS,
-    _before,
     hybrid_sizing_target,
     target,
     targets,
@@ -60,26 +59,6 @@ SIZED_HYBRID_MODEL_TYPES = frozenset({"qwen3_next"})
 #: blocks, so a hybrid block size must be a multiple of it.
 HYBRID_KERNEL_BLOCK_SIZE = 128
 
-#: The first vllm-ascend release whose DeepSeek V3.2 layers carry an MLA spec
-#: with ``sparse_head_dim`` rather than the legacy FullAttentionSpec (0.14 -
-#: 0.17 were never checked).
-_SPARSE_SPEC_FROM = "0.18.0"
-#: The first vllm-ascend release that allocates the sparse indexer key and
-#: its scale (LI C8) as one raw buffer (``_allocate_sparse_c8_indexer_tensors``;
-#: 0.18 allocates them apart; 0.19 - 0.22 were never checked).
-_COALLOCATED_INDEXER_FROM = "0.23.0"
-#: Releases before this one read ``additional_config["kv_cache_dtype"]``
-#: (0.11: int8 K/V in a BSH layout; 0.13 and later read no such key).
-_BSH_INT8_BEFORE = "0.13.0"
-#: From this release ``enable_fa_quant(vllm_config)`` itself checks the KV
-#: transfer role (A2: consumers only; A5: any role); before, the runner gates
-#: the FA-quant split on ``runner.is_kv_consumer`` (0.18).
-_FA_QUANT_ROLE_IN_PROBE_FROM = "0.23.0"
-#: The first vllm-ascend release whose stock runner views every layer of a
-#: tensor shared by attention and Mamba layers in one raw buffer
-#: (``hybrid_with_attn_and_mamba`` in ``_allocate_kv_cache_tensors``, PR #6887;
-#: 0.11 / 0.13 give the attention layers K/V buffers of their own).
-_HYBRID_SHARED_FROM = "0.18.0"
 #: Model types whose decoder layers hold two attention modules (the binder's
 #: ``num_attn_module``): ``longcat_flash``; ``longcat_flash_ngram`` too in 0.30.
 TWO_ATTENTION_MODULES = frozenset({"longcat_flash", "longcat_flash_ngram"})
@@ -109,20 +88,28 @@ def mamba_states_interleaved(vllm_ascend: str | None = None) -> bool:
     False from 0.13: state after state, each ``(num_blocks, *shape)``
     contiguous from the byte where the previous state ends.
     """
-    return _before(_SPLIT_INIT_FROM, vllm_ascend)
+    return runner_release(vllm_ascend).mamba_states_interleaved
+
+
+def stock_shares_buffers(vllm_ascend: str | None = None) -> bool:
+    """Whether stock lets every layer of one ``KVCacheTensor`` alias the first
+    layer's part buffers (0.13+), so parts of different bytes per block would
+    corrupt under stock rather than cost buffers of their own (0.11):
+    :attr:`~.runner_releases.RunnerRelease.stock_shares_buffers`."""
+    return runner_release(vllm_ascend).stock_shares_buffers
 
 
 def stock_shares_hybrid_tensors(vllm_ascend: str | None = None) -> bool:
     """Whether stock views attention and Mamba layers of one ``KVCacheTensor``
     in one raw buffer (0.18+), so a tensor whose blocks do not line up
     corrupts under stock rather than costing extra buffers (0.11 / 0.13)."""
-    return not _before(_HYBRID_SHARED_FROM, vllm_ascend)
+    return runner_release(vllm_ascend).stock_shares_hybrid
 
 
 def legacy_sparse_form(vllm_ascend: str | None = None) -> bool:
     """Whether a release gives DeepSeek V3.2 (sparse MLA) layers the legacy
     ``FullAttentionSpec`` of twice the MLA page (before 0.18: 0.11, 0.13)."""
-    return _before(_SPARSE_SPEC_FROM, vllm_ascend)
+    return runner_release(vllm_ascend).legacy_sparse_form
 
 
 def kernel_block_size(backend: Any) -> int | None:
@@ -187,7 +174,7 @@ def coallocated_groups(vllm_ascend: str | None = None) -> frozenset[str]:
     a release places in one raw buffer: the LI C8 indexer key and its scale
     (``"indexer"``) from 0.23 (``NPUModelRunner._allocate_sparse_c8_indexer_tensors``,
     aligned once with KV transfer), none before."""
-    return frozenset() if _before(_COALLOCATED_INDEXER_FROM, vllm_ascend) else frozenset({"indexer"})
+    return runner_release(vllm_ascend).coallocated_groups
 
 
 def fa_quant_enabled(vllm_config: Any) -> bool:
@@ -219,7 +206,7 @@ def fa_quant_refusal(runner: Any, layer_names: Iterable[str], specs: dict[str, A
     quant = getattr(vllm_config, "quant_config", None)
     if quant is None or not hasattr(quant, "is_fa_quant_layer") or not fa_quant_enabled(vllm_config):
         return None
-    if _before(_FA_QUANT_ROLE_IN_PROBE_FROM, None) and not getattr(runner, "is_kv_consumer", False):
+    if not runner_release().fa_quant_role_in_probe and not getattr(runner, "is_kv_consumer", False):
         return None
     split = [name for name in layer_names if quant.is_fa_quant_layer(name)]
     if not split:
@@ -291,4 +278,4 @@ def bsh_int8_layout(runner: Any) -> bool:
     (``NPUModelRunner.initialize_kv_cache_tensors``; later releases read no
     such key). The ``bsh_attention`` kind builds it."""
     additional = getattr(getattr(runner, "vllm_config", None), "additional_config", None) or {}
-    return additional.get("kv_cache_dtype") == "int8" and _before(_BSH_INT8_BEFORE, None)
+    return additional.get("kv_cache_dtype") == "int8" and runner_release().bsh_int8_key

@@ -35,7 +35,7 @@ from typing import Any
 
 from vllm_kv_strategies.platforms.ascend import facts
 from vllm_kv_strategies.platforms.ascend.releases import code_mismatch
-from vllm_kv_strategies.versions import Versions, release_before
+from vllm_kv_strategies.versions import Versions
 from vllm_kv_strategies.errors import (
     StockWouldCorruptError,
     StockWouldFailError,
@@ -156,9 +156,8 @@ class AscendAdapter(RunnerAdapter):
             interleaved = facts.interleaved_kv_layers(runner, kv_cache_config)
         else:
             kernel, interleaved = self._kernel_block_sizes(runner), frozenset()
-        stock_shares = not release_before(Versions.detect().vllm_ascend, "0.13.0")
         layouts, hybrid = plan_layout(
-            plan, facts.mamba_states_interleaved(), kernel, stock_shares, facts.coallocated_groups(), interleaved,
+            plan, facts.mamba_states_interleaved(), kernel, facts.stock_shares_buffers(), facts.coallocated_groups(), interleaved,
             facts.stock_shares_hybrid_tensors(),
         )
         n = plan.kv_cache_config.num_blocks

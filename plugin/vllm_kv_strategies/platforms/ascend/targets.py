@@ -9,9 +9,7 @@ The release's layout facts are in :mod:`vllm_kv_strategies.platforms.ascend.fact
 
 from __future__ import annotations
 
-from functools import cache
-
-from vllm_kv_strategies.versions import Versions, release, release_before
+from vllm_kv_strategies.platforms.ascend.runner_releases import runner_release, same_minor
 from vllm_kv_strategies.platforms.targets import PatchTarget
 
 _WHY = (
@@ -102,8 +100,6 @@ ASCEND_V2 = PatchTarget(
     mirrors="vllm_ascend/worker/v2/model_runner.py NPUModelRunner.initialize_kv_cache (0.30), called unchanged",
     remove_when=_V2_REMOVE_WHEN,
 )
-#: The first vllm-ascend release with its own Model Runner V2 the plugin knows of.
-_ASCEND_V2_FROM = "0.30.0"
 
 #: vllm-ascend 0.30: the worker's KV cache budget for multi-group models, left
 #: unscaled where the plugin builds vLLM's overlay of the groups.
@@ -152,42 +148,23 @@ HYBRID_SIZING = PatchTarget(
     ),
     remove_when="vllm-ascend 0.11 and 0.13 leave the support matrix (0.18 sizes hybrid pages this way itself)",
 )
-#: Releases (major, minor) whose hybrid sizing :data:`HYBRID_SIZING` replaces;
-#: the kernel facts below were read in these two only.
-_HYBRID_SIZING_RELEASES = ((0, 11), (0, 13))
-#: The first vllm-ascend release with ``_allocate_kv_cache_tensors`` /
-#: ``_reshape_kv_cache_tensors`` and state-after-state Mamba views (0.12 was
-#: never checked; a wrong guess there fails at patch time and leaves stock).
-_SPLIT_INIT_FROM = "0.13.0"
-
-@cache
-def _installed() -> str | None:
-    return Versions.detect().vllm_ascend
-
-
-def _before(first: str, vllm_ascend: str | None) -> bool:
-    return release_before(vllm_ascend if vllm_ascend is not None else _installed(), first)
 
 
 def target(vllm_ascend: str | None = None) -> PatchTarget:
     """The ``NPUModelRunner`` declaration of a vllm-ascend release (default:
-    the installed one): :data:`THREE_INITS` before 0.13, else
-    :data:`SPLIT_INIT`."""
-    return THREE_INITS if _before(_SPLIT_INIT_FROM, vllm_ascend) else SPLIT_INIT
+    the installed one): :data:`SPLIT_INIT` where the runner splits its
+    initialisation in two halves (0.13+, :attr:`.RunnerRelease.split_init`),
+    else :data:`THREE_INITS`."""
+    return SPLIT_INIT if runner_release(vllm_ascend).split_init else THREE_INITS
 
 
 def hybrid_sizing_target(vllm_ascend: str | None = None) -> PatchTarget | None:
     """:data:`HYBRID_SIZING` on vllm-ascend 0.11 and 0.13 (default: the
     installed release), else None (0.18+ size hybrid pages block-consistently
-    themselves; other releases were never checked)."""
-    from packaging.version import InvalidVersion, Version
-
-    version = release(vllm_ascend if vllm_ascend is not None else _installed())
-    try:
-        minor = Version(version).release[:2] if version is not None else None
-    except InvalidVersion:
-        return None
-    return HYBRID_SIZING if minor in _HYBRID_SIZING_RELEASES else None
+    themselves; other releases were never checked): the
+    :attr:`.RunnerRelease.hybrid_sizing` row's own minor release."""
+    row = runner_release(vllm_ascend)
+    return HYBRID_SIZING if row.hybrid_sizing and same_minor(vllm_ascend, row) else None
 
 
 def targets(vllm_ascend: str | None = None) -> tuple[PatchTarget, ...]:
@@ -196,7 +173,7 @@ def targets(vllm_ascend: str | None = None) -> tuple[PatchTarget, ...]:
     Ascend's Model Runner V2 (its allocation and its runner) and the
     worker's multi-group KV cache budget."""
     sizing = hybrid_sizing_target(vllm_ascend)
-    v2 = () if _before(_ASCEND_V2_FROM, vllm_ascend) else (ASCEND_V2_ALLOCATION, ASCEND_V2, MULTI_GROUP_BUDGET)
+    v2 = (ASCEND_V2_ALLOCATION, ASCEND_V2, MULTI_GROUP_BUDGET) if runner_release(vllm_ascend).runner_v2 else ()
     return (target(vllm_ascend),) + ((sizing,) if sizing is not None else ()) + v2
 
 
