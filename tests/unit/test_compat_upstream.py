@@ -66,6 +66,19 @@ def test_which_runners_a_release_has_is_read_from_its_version_and_matches_the_in
     assert upstream.has_v1(installed) is _has_v1_module(), installed
 
 
+def test_the_release_table_covers_the_matrix_oldest_first():
+    """Every supported release reads a row at or below it; an unparsable version the newest."""
+    from packaging.version import Version
+
+    firsts = [row.first for row in upstream.UPSTREAM_RELEASES]
+    assert firsts == sorted(firsts, key=Version)
+    assert Version(firsts[0]) <= min(map(Version, matrix.UPSTREAM_VLLM_RELEASES))
+    assert upstream.upstream_release("0.33.0").first == "0.30.0"
+    assert upstream.upstream_release("0.34.0rc1").first == "0.34.0"
+    assert upstream.upstream_release("not-a-version") is upstream.UPSTREAM_RELEASES[-1]
+    assert upstream.not_covered("0.33.0") == () and upstream.not_covered("0.34.0") == upstream.NOT_COVERED
+
+
 def test_auto_patches_v2_from_0_34_only_with_the_fingerprint_its_cell_proved(monkeypatch):
     installed = matrix.Installed.detect().vllm
     assert upstream.v2_code_mismatch("0.33.0") is None  # before 0.34: the release's own cell

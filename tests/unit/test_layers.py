@@ -113,6 +113,30 @@ def test_the_core_knows_no_platform():
     assert found == {}
 
 
+#: The modules that may compare release versions: the per-release tables and the support matrix.
+VERSION_TABLES = {"platforms/matrix.py", "platforms/ascend/releases.py", "platforms/ascend/runner_releases.py"}
+
+
+def version_comparisons(source: str) -> list[str]:
+    """Calls in ``source`` that compare release versions: ``release_before(...)`` or
+    packaging's ``Version(...)``, by name or attribute."""
+    calls = [node.func for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)]
+    names = [getattr(f, "id", None) or getattr(f, "attr", None) for f in calls]
+    return [name for name in names if name in ("release_before", "Version")]
+
+
+def test_no_platform_or_core_module_branches_on_a_version_number():
+    """A release's behaviour is a row of its platform's table (CONTRIBUTING.md: a new release is a
+    row, not a branch): outside :data:`VERSION_TABLES` no core or platform module compares versions."""
+    found = {rel: hits for p in modules().values()
+             if (rel := p.relative_to(PACKAGE).as_posix()) not in VERSION_TABLES and rel.split("/")[0] in ("core", "platforms")
+             and (hits := version_comparisons(p.read_text()))}
+    assert found == {}
+    assert sorted(version_comparisons("from packaging.version import Version\nif Version(v) < Version('0.13.0'): pass\n"
+                                      "import vllm_kv_strategies.versions as vs\nvs.release_before(v, '0.30.0')\n")) == [
+        "Version", "Version", "release_before"]
+
+
 def test_no_module_is_over_about_300_lines():
     long = {str(p.relative_to(PACKAGE)): n for p in modules().values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}

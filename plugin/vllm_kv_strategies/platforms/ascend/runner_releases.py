@@ -7,11 +7,10 @@ behaviour by version number (:mod:`.releases` compares versions only to say
 which releases ``auto`` patches). A new vllm-ascend release whose code differs
 is a new row here (and, in :mod:`.releases`, its fingerprints).
 
-A row holds from its ``first`` release up to the next row's. A release older
-than the first row gets the first row; one that is not installed or whose
-version does not parse gets the newest (as
-:func:`~vllm_kv_strategies.versions.release_before` treats an unknown release:
-never before). Releases between two rows (0.12, 0.14 - 0.17, 0.19 - 0.22,
+A row holds from its ``first`` release up to the next row's
+(:func:`~vllm_kv_strategies.versions.release_row`): a release older than the
+first row reads the first row; one that is not installed or whose version does
+not parse reads the newest. Releases between two rows (0.12, 0.14 - 0.17, 0.19 - 0.22,
 0.24 - 0.29) were never checked; ``auto`` leaves their runner stock anyway
 (:func:`~vllm_kv_strategies.platforms.ascend.releases.code_mismatch`), so a
 row's reach beyond its own release matters only under ``KV_STRATEGIES=on``.
@@ -24,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from vllm_kv_strategies.versions import Versions, release
+from vllm_kv_strategies.versions import Versions, release, release_row
 
 __all__ = ["RUNNER_RELEASES", "RunnerRelease", "runner_release", "same_minor"]
 
@@ -105,31 +104,21 @@ def _installed() -> str | None:
     return Versions.detect().vllm_ascend
 
 
-def _parsed(version: str | None):
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(release(version)) if version is not None else None
-    except InvalidVersion:
-        return None
-
-
 def runner_release(vllm_ascend: str | None = None) -> RunnerRelease:
     """The row of :data:`RUNNER_RELEASES` that holds for ``vllm_ascend``
-    (default: the installed release; a local, pre- or post-release label
-    counts as its release: ``"0.30.0rc2"`` and ``"0.23.0.post1"`` are 0.30 and
-    0.23). Never raises."""
-    from packaging.version import Version
-
-    version = _parsed(vllm_ascend if vllm_ascend is not None else _installed())
-    if version is None:
-        return RUNNER_RELEASES[-1]
-    held = [row for row in RUNNER_RELEASES if Version(row.first) <= version]
-    return held[-1] if held else RUNNER_RELEASES[0]
+    (default: the installed release), by
+    :func:`~vllm_kv_strategies.versions.release_row`: ``"0.30.0rc2"`` and
+    ``"0.23.0.post1"`` read the 0.30 and 0.23 rows. Never raises."""
+    return release_row(vllm_ascend if vllm_ascend is not None else _installed(), RUNNER_RELEASES)
 
 
 def same_minor(vllm_ascend: str | None, row: RunnerRelease) -> bool:
     """Whether ``vllm_ascend`` (default: installed) is of ``row``'s own
     major.minor release (0.13.0rc3 of the 0.13.0 row; 0.14 is not)."""
-    version = _parsed(vllm_ascend if vllm_ascend is not None else _installed())
-    return version is not None and version.release[:2] == _parsed(row.first).release[:2]
+    from packaging.version import InvalidVersion, Version
+
+    version = release(vllm_ascend if vllm_ascend is not None else _installed())
+    try:
+        return version is not None and Version(version).release[:2] == Version(row.first).release[:2]
+    except InvalidVersion:
+        return False

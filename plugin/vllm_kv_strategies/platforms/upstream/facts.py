@@ -1,6 +1,6 @@
 """Upstream vLLM's model runners (0.30 - 0.34): what the plugin patches there.
 
-vLLM 0.30 - 0.33 have two model runners; 0.34 deleted V1 (:data:`V1_REMOVED_IN`,
+vLLM 0.30 - 0.33 have two model runners; 0.34 deleted V1 (:data:`UPSTREAM_RELEASES`,
 :func:`targets`). V1 (``vllm/v1/worker/gpu_model_runner.py``,
 ``GPUModelRunner``; the CPU runner subclasses it) builds the KV cache in
 ``initialize_kv_cache_tensors``. Model Runner V2 (``vllm/v1/worker/gpu/``),
@@ -15,14 +15,45 @@ anything is allocated, calls them, and reports what was built.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from vllm_kv_strategies.versions import release_before
+from vllm_kv_strategies.versions import release_row
 from vllm_kv_strategies.platforms.targets import PatchTarget
 
-#: The first vLLM release without Model Runner V1: 0.34 deleted ``vllm/v1/worker/gpu_model_runner.py``
-#: (and ``cpu_model_runner.py``, ``VllmConfig.use_v2_model_runner``, ``VLLM_USE_V2_MODEL_RUNNER``).
-V1_REMOVED_IN = "0.34.0"
+
+@dataclass(frozen=True)
+class UpstreamRelease:
+    """What one vLLM release's runners do, where that decides what the plugin
+    patches: a row of :data:`UPSTREAM_RELEASES`, read through
+    :func:`upstream_release` (no other module chooses a behaviour by vLLM's
+    version number)."""
+
+    #: The release the row was read from (and holds from).
+    first: str
+    #: Model Runner V1 (``vllm/v1/worker/gpu_model_runner.py``) exists; 0.34 deleted it (and
+    #: ``cpu_model_runner.py``, ``VllmConfig.use_v2_model_runner``, ``VLLM_USE_V2_MODEL_RUNNER``).
+    v1: bool
+    #: The KV cache can be sized after warm-up (``extend_kv_cache``, ``vllm/v1/worker/gpu_worker.py``),
+    #: and runners the plugin does not patch exist (:data:`NOT_COVERED`).
+    resizable: bool
+    #: ``auto`` patches V2 only where its code has the fingerprint the cell proved
+    #: (:data:`V2_FINGERPRINTS`); False: the release itself is the proof (0.30 - 0.33).
+    v2_fingerprinted: bool
+
+
+#: One row per release whose runners differ from the row before, oldest first.
+UPSTREAM_RELEASES: tuple[UpstreamRelease, ...] = (
+    UpstreamRelease("0.30.0", v1=True, resizable=False, v2_fingerprinted=False),
+    UpstreamRelease("0.34.0", v1=False, resizable=True, v2_fingerprinted=True),
+)
+
+
+def upstream_release(vllm_version: str | None) -> UpstreamRelease:
+    """The row of :data:`UPSTREAM_RELEASES` that holds for ``vllm_version``
+    (:func:`~vllm_kv_strategies.versions.release_row`: an unknown version reads
+    the newest row)."""
+    return release_row(vllm_version, UPSTREAM_RELEASES)
 
 V1 = PatchTarget(
     name="upstream-v1",
@@ -75,9 +106,6 @@ V2_EXTEND = PatchTarget(
     remove_when="vLLM exposes a KV cache allocation hook for plugins",
 )
 
-#: The first vLLM release whose KV cache can be sized after warm-up (``extend_kv_cache``).
-RESIZABLE_FROM = "0.34.0"
-
 #: Every upstream runner of any release (:func:`targets` gives an installed release's).
 TARGETS: tuple[PatchTarget, ...] = (V1, V2, V2_EXTEND)
 
@@ -93,21 +121,21 @@ NOT_COVERED: tuple[tuple[str, str, str], ...] = (
 
 def not_covered(vllm_version: str | None) -> tuple[tuple[str, str, str], ...]:
     """:data:`NOT_COVERED` where the release has those runners (vLLM 0.34+)."""
-    return () if release_before(vllm_version, RESIZABLE_FROM) else NOT_COVERED
+    return NOT_COVERED if upstream_release(vllm_version).resizable else ()
 
 
 def has_v1(vllm_version: str | None) -> bool:
-    """Whether vLLM ``vllm_version`` has Model Runner V1 (releases before :data:`V1_REMOVED_IN`;
-    an unknown version counts as the newest, without V1)."""
-    return release_before(vllm_version, V1_REMOVED_IN)
+    """Whether vLLM ``vllm_version`` has Model Runner V1 (0.30 - 0.33; an unknown
+    version counts as the newest, without V1)."""
+    return upstream_release(vllm_version).v1
 
 
 def targets(vllm_version: str | None) -> tuple[PatchTarget, ...]:
     """The runners vLLM ``vllm_version`` has, and so what the plugin patches there: whichever
     vLLM picks in a worker gets the plugin; a release without V1 names, waits for and requires
     no V1 target."""
-    return tuple(t for t in TARGETS if (t.name != V1.name or has_v1(vllm_version))
-                 and (t.name != V2_EXTEND.name or not release_before(vllm_version, RESIZABLE_FROM)))
+    row = upstream_release(vllm_version)
+    return tuple(t for t in TARGETS if (t.name != V1.name or row.v1) and (t.name != V2_EXTEND.name or row.resizable))
 
 
 def custom_kv_cache_dtype(cache_config: Any) -> str | None:
@@ -145,9 +173,6 @@ V2_FINGERPRINTED: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
     ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner", ("initialize_kv_cache",)),
     ("vllm.v1.worker.extensible_kv_cache", None, ("extend_kv_cache",)),
 )
-#: The first release whose V2 ``auto`` patches only with the fingerprint its cell proved
-#: (0.30 - 0.33: the release itself, as before).
-V2_FINGERPRINTED_FROM = "0.34.0"
 #: :data:`V2_FINGERPRINTED`'s fingerprint (joined by ``+``) per release, from the cell's
 #: installed wheel (``v2_fingerprint()`` in the cell upstream-0.34.0; a test there checks it).
 V2_FINGERPRINTS: dict[str, str] = {
@@ -165,10 +190,10 @@ def v2_fingerprint() -> str:
 
 
 def v2_code_mismatch(vllm_version: str | None) -> str | None:
-    """None when ``auto`` may patch the installed V2: a release before
-    :data:`V2_FINGERPRINTED_FROM`, or one whose code has the fingerprint its cell proved;
-    else why not, in one sentence."""
-    if release_before(vllm_version, V2_FINGERPRINTED_FROM):
+    """None when ``auto`` may patch the installed V2: a release whose row is not
+    :attr:`~UpstreamRelease.v2_fingerprinted` (0.30 - 0.33), or one whose code has the
+    fingerprint its cell proved; else why not, in one sentence."""
+    if not upstream_release(vllm_version).v2_fingerprinted:
         return None
     from vllm_kv_strategies.versions import exact_release
 
