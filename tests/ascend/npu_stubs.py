@@ -41,7 +41,7 @@ import sys
 from collections import Counter
 from unittest.mock import MagicMock
 
-from vllm_kv_strategies.deploy.npu_standin import configure_torch, configure_torch_npu, name_npu_device
+from vllm_kv_strategies.platforms.ascend.npu_standin import configure_torch, configure_torch_npu, name_npu_device
 from vllm_kv_strategies.deploy.standins import StandInLoader, is_stand_in
 
 __all__ = ["install", "install_npu_device", "installed_version", "STUB_ROOTS", "is_stub", "format_cast_mock", "npu_calls"]
@@ -170,7 +170,7 @@ def install(version: str = "0.23.0", *, import_ops: bool = True) -> None:
 
 def install_npu_device() -> None:
     """What importing the real ``torch_npu`` also does to torch (the ``npu`` device name,
-    no HCCL; :func:`vllm_kv_strategies.deploy.npu_standin.name_npu_device`). Process-wide and
+    no HCCL; :func:`vllm_kv_strategies.platforms.ascend.npu_standin.name_npu_device`). Process-wide and
     not undoable: call it only in a process of its own (``tests/ascend/plan_stubbed.py``),
     never in the pytest process."""
     name_npu_device()

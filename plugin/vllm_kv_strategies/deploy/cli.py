@@ -125,11 +125,12 @@ def _run(argv: list[str]) -> int:
         known, _ = own_arguments(argparse.ArgumentParser(add_help=False, prog="python -m vllm_kv_strategies plan")).parse_known_args(argv)
         config, device = check_model_dir(known.model_dir), known.device
     from vllm_kv_strategies.deploy import platforms
+    from vllm_kv_strategies.platforms.ascend import npu_standin
 
-    platforms.prepare(device, config)  # before vLLM is imported: which platform plugins it may load
+    platforms.prepare(device, config, npu_standin)  # before vLLM is imported: which platform plugins it may load
     _progress("importing vLLM (10-30 s on a CPU)")
     try:
-        platform_line = platforms.use(device)
+        platform_line = platforms.use(device, npu_standin)
         parser = engine_parser()
     except BadInput:
         raise

@@ -13,7 +13,8 @@ answering the device queries (capability, name, memory) with the card's facts:
 * ROCm: vLLM's ``RocmPlatform``, its ``amdsmi`` queries answered with the card's
   GCN architecture (``gfx942`` for MI300X);
 * Ascend: vllm-ascend's ``NPUPlatform`` (vllm-ascend must be installed; torch_npu
-  is stood in where missing, :mod:`.npu_standin`).
+  is stood in where missing by the stand-in the command line passes in as ``npu``:
+  :mod:`vllm_kv_strategies.platforms.ascend.npu_standin`).
 
 The compiled kernels those platforms import at module level are stood in
 where this machine lacks them (:mod:`.standins`). ``import vllm`` resolves the
@@ -112,17 +113,16 @@ def _rocm(card) -> Any:
     return RocmPlatform()
 
 
-def _npu(card) -> Any:
+def _npu(card, npu: Any) -> Any:
     import importlib.util
 
-    from vllm_kv_strategies.deploy.npu_standin import npu_platform
-
-    return npu_platform() if importlib.util.find_spec("vllm_ascend") is not None else None
+    return npu.npu_platform() if npu is not None and importlib.util.find_spec("vllm_ascend") is not None else None
 
 
-def use(device: str | None) -> str:
+def use(device: str | None, npu: Any = None) -> str:
     """Make the card's platform vLLM's ``current_platform`` (none named: the
-    installed one stays); returns the line saying which platform is planned and why."""
+    installed one stays); returns the line saying which platform is planned and why.
+    ``npu``: the Ascend stand-in (``npu_platform()``: vllm-ascend's ``NPUPlatform``), or None."""
     import vllm.platforms
 
     installed = vllm.platforms.current_platform
@@ -132,7 +132,7 @@ def use(device: str | None) -> str:
     card = DEVICES[device]
     if installed_kind(installed) == card.platform:
         return f"platform: {card.platform} (--device {device}: {card.what}; the platform installed here too)"
-    new = {"cuda": _cuda, "rocm": _rocm, "npu": _npu}[card.platform](card)
+    new = _npu(card, npu) if card.platform == "npu" else {"cuda": _cuda, "rocm": _rocm}[card.platform](card)
     if new is None:  # an Ascend card where vllm-ascend, its platform, is not installed
         return (f"platform: {installed_kind(installed)} (--device {device} is an Ascend card, and vllm-ascend, its vLLM "
                 "platform, is not installed here: planned on this environment's platform with the card's memory; "
@@ -181,12 +181,13 @@ def _replace(old, new) -> None:
             cached.cache_clear()
 
 
-def prepare(device: str | None, config: dict | None = None) -> None:
+def prepare(device: str | None, config: dict | None = None, npu: Any = None) -> None:
     """Before vLLM is imported: for a multimodal ``config`` (a ``vision_config``
     or ``audio_config``), the vision packages stood in where missing (its
     processors import torchvision; the KV cache does not depend on them).
     Where vllm-ascend is installed, its platform plugin loads for an Ascend
-    card or none named (torch_npu stood in where missing, :mod:`.npu_standin`)
+    card or none named (torch_npu stood in where missing: ``npu.install()``,
+    :mod:`vllm_kv_strategies.platforms.ascend.npu_standin`)
     and stays out for another platform's card (``VLLM_PLUGINS``: the other
     plugins, unless the environment sets it)."""
     import importlib.util
@@ -200,9 +201,8 @@ def prepare(device: str | None, config: dict | None = None) -> None:
     if importlib.util.find_spec("vllm_ascend") is None:
         return
     if planned_kind(device) in (None, "npu"):
-        from vllm_kv_strategies.deploy.npu_standin import install
-
-        install()
+        if npu is not None:
+            npu.install()
         return
     from importlib.metadata import entry_points
 

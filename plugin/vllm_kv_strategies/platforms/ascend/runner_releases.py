@@ -74,6 +74,11 @@ class RunnerRelease:
     #: (``patch_mamba_config.verify_and_update_config``, 0.11 / 0.13), for the
     #: row's own minor release only: the kernel facts were read there.
     hybrid_sizing: bool
+    #: ``plan`` imports ``vllm_ascend.ops`` before vLLM loads the platform where
+    #: ``torch_npu`` is stood in (0.23: a circular import otherwise), for the
+    #: row's own minor release only
+    #: (:func:`~vllm_kv_strategies.platforms.ascend.npu_standin.install`).
+    ops_before_platform: bool = False
 
 
 _NONE: frozenset[str] = frozenset()
@@ -92,7 +97,7 @@ RUNNER_RELEASES: tuple[RunnerRelease, ...] = (
                   fa_quant_role_in_probe=False, runner_v2=False, hybrid_sizing=False),
     RunnerRelease("0.23.0", split_init=True, mamba_states_interleaved=False, stock_shares_buffers=True,
                   stock_shares_hybrid=True, legacy_sparse_form=False, coallocated_groups=_INDEXER, bsh_int8_key=False,
-                  fa_quant_role_in_probe=True, runner_v2=False, hybrid_sizing=False),
+                  fa_quant_role_in_probe=True, runner_v2=False, hybrid_sizing=False, ops_before_platform=True),
     RunnerRelease("0.30.0", split_init=True, mamba_states_interleaved=False, stock_shares_buffers=True,
                   stock_shares_hybrid=True, legacy_sparse_form=False, coallocated_groups=_INDEXER, bsh_int8_key=False,
                   fa_quant_role_in_probe=True, runner_v2=True, hybrid_sizing=False),

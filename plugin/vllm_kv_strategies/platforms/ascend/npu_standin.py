@@ -1,6 +1,6 @@
 """Ascend planning on a machine without ``torch_npu`` (a workstation, a CI
 box): vllm-ascend's own platform and runner code runs, on the meta device,
-with stand-ins (:mod:`.standins`) for the NPU runtime modules it imports and
+with stand-ins (:mod:`vllm_kv_strategies.deploy.standins`) for the NPU runtime modules it imports and
 this machine lacks. For planning only: no NPU operation runs, and plan says
 so in one line.
 
@@ -19,6 +19,8 @@ import importlib
 import importlib.util
 import sys
 from unittest.mock import MagicMock
+
+from vllm_kv_strategies.platforms.ascend.runner_releases import runner_release, same_minor
 
 #: The NPU runtime modules vllm-ascend imports (0.11 - 0.30): torch_npu, CANN's acl,
 #: torchair (0.11, 0.18), fla_npu (0.30's linear attention kernels), and torchvision
@@ -88,15 +90,12 @@ def install() -> list[str]:
                 importlib.import_module(name)
         configure_torch_npu(sys.modules["torch_npu"])
         name_npu_device()
-    try:
-        from importlib.metadata import version
-
-        from packaging.version import Version
-
-        if Version(version("vllm-ascend")).base_version == "0.23.0":  # its ops first: a circular import otherwise
+    row = runner_release()
+    if row.ops_before_platform and same_minor(None, row):  # its ops first: a circular import otherwise
+        try:
             importlib.import_module("vllm_ascend.ops")
-    except Exception:  # noqa: BLE001 - vLLM's import then says what is wrong
-        pass
+        except Exception:  # noqa: BLE001 - vLLM's import then says what is wrong
+            pass
     return added
 
 
