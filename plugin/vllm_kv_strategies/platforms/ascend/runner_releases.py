@@ -109,6 +109,7 @@ def _installed() -> str | None:
     return Versions.detect().vllm_ascend
 
 
+@cache  # asked per fact, several times per KV cache init; a version's row never changes
 def runner_release(vllm_ascend: str | None = None) -> RunnerRelease:
     """The row of :data:`RUNNER_RELEASES` that holds for ``vllm_ascend``
     (default: the installed release), by

@@ -16,6 +16,7 @@ anything is allocated, calls them, and reports what was built.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from vllm_kv_strategies.versions import release_row
@@ -49,6 +50,7 @@ UPSTREAM_RELEASES: tuple[UpstreamRelease, ...] = (
 )
 
 
+@cache
 def upstream_release(vllm_version: str | None) -> UpstreamRelease:
     """The row of :data:`UPSTREAM_RELEASES` that holds for ``vllm_version``
     (:func:`~vllm_kv_strategies.versions.release_row`: an unknown version reads
