@@ -1,4 +1,4 @@
-"""Command line: ``python -m vllm_kv_strategies {strategies,matrix,doctor,report}``.
+"""Command line: ``python -m vllm_kv_strategies {strategies,matrix,doctor,report,plan}``.
 
 ``report`` reads files only (no torch, no vLLM); ``strategies`` and ``doctor``
 import vLLM (10-30 s on a CPU) and say so on stderr first.

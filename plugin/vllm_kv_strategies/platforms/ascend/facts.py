@@ -1,4 +1,4 @@
-"""vllm-ascend's ``NPUModelRunner`` (0.11 - 0.23): the release facts the
+"""vllm-ascend's ``NPUModelRunner`` (0.11 - 0.30): the release facts the
 plugin's layout depends on. What it patches in each release (the runner and,
 on 0.11 / 0.13, the hybrid attention + Mamba page sizing) is declared in
 :mod:`vllm_kv_strategies.platforms.ascend.targets`, re-exported here.
@@ -6,7 +6,10 @@ on 0.11 / 0.13, the hybrid attention + Mamba page sizing) is declared in
 The layout itself (raw buffers per part, Mamba states by byte offset, the
 hybrid single buffer) is the plugin's own, in
 :mod:`vllm_kv_strategies.platforms.ascend.layout.buffers`; these functions only say how a
-release differs.
+release differs. Each answer that depends on the release is read from the
+installed release's row of :mod:`vllm_kv_strategies.platforms.ascend.runner_releases`;
+0.30's strided form and its stock-only paths are in :mod:`.strided` and
+:mod:`.stock_only`, re-exported here.
 """
 
 from __future__ import annotations

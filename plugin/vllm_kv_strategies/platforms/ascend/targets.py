@@ -36,7 +36,7 @@ SPLIT_INIT = PatchTarget(
     why=_WHY,
     mirrors=(
         "vllm_ascend/worker/model_runner_v1.py NPUModelRunner.initialize_kv_cache_tensors, "
-        "_allocate_kv_cache_tensors, _reshape_kv_cache_tensors (0.13-0.23); buffers shared per "
+        "_allocate_kv_cache_tensors, _reshape_kv_cache_tensors (0.13-0.30); buffers shared per "
         "KVCacheTensor as vllm-ascend PR #6887 does for hybrid models"
     ),
     remove_when=_REMOVE_WHEN,

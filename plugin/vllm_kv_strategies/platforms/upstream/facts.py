@@ -88,7 +88,7 @@ V2 = PatchTarget(
         "GPUModelRunner.initialize_kv_cache: say which runner this worker is and warn when the "
         "KV cache was built without the plugin."
     ),
-    mirrors="vllm/v1/worker/gpu/attn_utils.py init_kv_cache (vLLM 0.30-0.33), which it calls unchanged",
+    mirrors="vllm/v1/worker/gpu/attn_utils.py init_kv_cache (vLLM 0.30-0.34), which it calls unchanged",
     remove_when="vLLM exposes a KV cache allocation hook for plugins",
 )
 
