@@ -45,6 +45,16 @@ def release(version: str | None) -> str | None:
         return version
 
 
+def _parsed_release(version: str | None):
+    """packaging's ``Version`` of ``version``'s release, or None (unknown or unparsable)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(release(version)) if version is not None else None
+    except InvalidVersion:
+        return None
+
+
 def release_row(version: str | None, rows: Sequence[_Row]) -> _Row:
     """The row of a per-release table that holds for ``version``.
 
@@ -56,18 +66,27 @@ def release_row(version: str | None, rows: Sequence[_Row]) -> _Row:
     Returns:
         the newest row whose ``first`` is at or below ``version``'s release; the
         first row for an older release; the newest for an unknown or unparsable
-        version (never "before", as :func:`release_before`). Never raises.
+        version (an unknown release is never "before" a row). Never raises.
     """
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import Version
 
-    try:
-        parsed = Version(release(version)) if version is not None else None
-    except InvalidVersion:
-        parsed = None
+    parsed = _parsed_release(version)
     if parsed is None:
         return rows[-1]
     held = [row for row in rows if Version(row.first) <= parsed]
     return held[-1] if held else rows[0]
+
+
+def minor_row(version: str | None, rows: Sequence[_Row]) -> _Row | None:
+    """The row of a per-release table read from ``version``'s own major.minor
+    release (``"0.13.0rc3"`` reads the 0.13.0 row, ``"0.14.0"`` none), for a fact
+    checked in that release only; None also for an unknown or unparsable version."""
+    from packaging.version import Version
+
+    parsed = _parsed_release(version)
+    if parsed is None:
+        return None
+    return next((row for row in rows if Version(row.first).release[:2] == parsed.release[:2]), None)
 
 
 def exact_release(version: str | None) -> str | None:
@@ -83,14 +102,6 @@ def exact_release(version: str | None) -> str | None:
     if parsed is None or parsed.pre is not None or parsed.post is not None or parsed.dev is not None:
         return None
     return parsed.base_version
-
-
-def release_before(version: str | None, first: str) -> bool:
-    """Whether release ``version`` precedes ``first`` (False when unknown)."""
-    from packaging.version import Version
-
-    version = release(version)
-    return version is not None and Version(version) < Version(first)
 
 
 @dataclass(frozen=True)

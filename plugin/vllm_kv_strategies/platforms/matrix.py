@@ -4,10 +4,9 @@ metadata, never by importing vLLM)."""
 from __future__ import annotations
 
 from vllm_kv_strategies.platforms.ascend.releases import CELL_PINS, OWN_CELL, classify, nearest_cell
-from vllm_kv_strategies.versions import Versions, exact_release, release, release_before
+from vllm_kv_strategies.versions import Versions, exact_release, release
 
-__all__ = ["ASCEND_RELEASES", "UPSTREAM_VLLM_RELEASES", "Installed", "exact_release", "release",
-           "release_before", "supported_releases"]
+__all__ = ["ASCEND_RELEASES", "UPSTREAM_VLLM_RELEASES", "Installed", "exact_release", "release", "supported_releases"]
 
 #: vLLM releases whose upstream model runners (V1 and V2) are proven against stock.
 UPSTREAM_VLLM_RELEASES: tuple[str, ...] = ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")

@@ -20,7 +20,7 @@ import importlib.util
 import sys
 from unittest.mock import MagicMock
 
-from vllm_kv_strategies.platforms.ascend.runner_releases import runner_release, same_minor
+from vllm_kv_strategies.platforms.ascend.runner_releases import own_release
 
 #: The NPU runtime modules vllm-ascend imports (0.11 - 0.30): torch_npu, CANN's acl,
 #: torchair (0.11, 0.18), fla_npu (0.30's linear attention kernels), and torchvision
@@ -90,8 +90,8 @@ def install() -> list[str]:
                 importlib.import_module(name)
         configure_torch_npu(sys.modules["torch_npu"])
         name_npu_device()
-    row = runner_release()
-    if row.ops_before_platform and same_minor(None, row):  # its ops first: a circular import otherwise
+    row = own_release()
+    if row is not None and row.ops_before_platform:  # its ops first: a circular import otherwise
         try:
             importlib.import_module("vllm_ascend.ops")
         except Exception:  # noqa: BLE001 - vLLM's import then says what is wrong

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from vllm_kv_strategies.versions import Versions, release, release_row
+from vllm_kv_strategies.versions import Versions, minor_row, release_row
 
-__all__ = ["RUNNER_RELEASES", "RunnerRelease", "runner_release", "same_minor"]
+__all__ = ["RUNNER_RELEASES", "RunnerRelease", "own_release", "runner_release"]
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,11 @@ class RunnerRelease:
     runner_v2: bool
     #: The front-end's hybrid attention + Mamba page sizing the plugin replaces
     #: (``patch_mamba_config.verify_and_update_config``, 0.11 / 0.13), for the
-    #: row's own minor release only: the kernel facts were read there.
+    #: row's own minor release only (:func:`own_release`): the kernel facts were read there.
     hybrid_sizing: bool
     #: ``plan`` imports ``vllm_ascend.ops`` before vLLM loads the platform where
     #: ``torch_npu`` is stood in (0.23: a circular import otherwise), for the
-    #: row's own minor release only
+    #: row's own minor release only (:func:`own_release`)
     #: (:func:`~vllm_kv_strategies.platforms.ascend.npu_standin.install`).
     ops_before_platform: bool = False
 
@@ -104,27 +104,18 @@ RUNNER_RELEASES: tuple[RunnerRelease, ...] = (
 )
 
 
-@cache
-def _installed() -> str | None:
-    return Versions.detect().vllm_ascend
-
-
 @cache  # asked per fact, several times per KV cache init; a version's row never changes
 def runner_release(vllm_ascend: str | None = None) -> RunnerRelease:
     """The row of :data:`RUNNER_RELEASES` that holds for ``vllm_ascend``
     (default: the installed release), by
     :func:`~vllm_kv_strategies.versions.release_row`: ``"0.30.0rc2"`` and
     ``"0.23.0.post1"`` read the 0.30 and 0.23 rows. Never raises."""
-    return release_row(vllm_ascend if vllm_ascend is not None else _installed(), RUNNER_RELEASES)
+    return release_row(vllm_ascend if vllm_ascend is not None else Versions.detect().vllm_ascend, RUNNER_RELEASES)
 
 
-def same_minor(vllm_ascend: str | None, row: RunnerRelease) -> bool:
-    """Whether ``vllm_ascend`` (default: installed) is of ``row``'s own
-    major.minor release (0.13.0rc3 of the 0.13.0 row; 0.14 is not)."""
-    from packaging.version import InvalidVersion, Version
-
-    version = release(vllm_ascend if vllm_ascend is not None else _installed())
-    try:
-        return version is not None and Version(version).release[:2] == Version(row.first).release[:2]
-    except InvalidVersion:
-        return False
+def own_release(vllm_ascend: str | None = None) -> RunnerRelease | None:
+    """The row read from ``vllm_ascend``'s own major.minor release (default:
+    installed), or None (:func:`~vllm_kv_strategies.versions.minor_row`): for
+    the columns that hold in that release only (``hybrid_sizing``,
+    ``ops_before_platform``)."""
+    return minor_row(vllm_ascend if vllm_ascend is not None else Versions.detect().vllm_ascend, RUNNER_RELEASES)

@@ -9,7 +9,7 @@ The release's layout facts are in :mod:`vllm_kv_strategies.platforms.ascend.fact
 
 from __future__ import annotations
 
-from vllm_kv_strategies.platforms.ascend.runner_releases import runner_release, same_minor
+from vllm_kv_strategies.platforms.ascend.runner_releases import own_release, runner_release
 from vllm_kv_strategies.platforms.targets import PatchTarget
 
 _WHY = (
@@ -163,8 +163,8 @@ def hybrid_sizing_target(vllm_ascend: str | None = None) -> PatchTarget | None:
     installed release), else None (0.18+ size hybrid pages block-consistently
     themselves; other releases were never checked): the
     :attr:`.RunnerRelease.hybrid_sizing` row's own minor release."""
-    row = runner_release(vllm_ascend)
-    return HYBRID_SIZING if row.hybrid_sizing and same_minor(vllm_ascend, row) else None
+    row = own_release(vllm_ascend)
+    return HYBRID_SIZING if row is not None and row.hybrid_sizing else None
 
 
 def targets(vllm_ascend: str | None = None) -> tuple[PatchTarget, ...]:
