@@ -43,6 +43,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import nox
@@ -59,6 +60,12 @@ CELL_ENV = ROOT / "tools" / "cell_env.py"
 BUILD_TOOLS = ("packaging", "setuptools", "setuptools-scm", "vcs-versioning")
 #: vllm-ascend from source without CANN: its Python code only, for an A2 SoC (as the NPU stubs).
 SDIST_BUILD_ENV = {"SOC_VERSION": "ascend910b1", "COMPILE_CUSTOM_KERNELS": "0"}
+
+#: The upstream projects' own unit tests of the KV cache code, off / auto / on (tools/upstream_suite/run.py);
+#: each suite of its suites.toml runs in the cell it names, after that cell's tests.
+UPSTREAM_SUITE = ROOT / "tools" / "upstream_suite" / "run.py"
+SUITE_CELLS = {suite["cell"] for suite in tomllib.loads(
+    (UPSTREAM_SUITE.parent / "suites.toml").read_text())["suite"].values()}
 
 #: Pipeline parallel 2 and data parallel 2 served end to end (about 4.5 min): not in the CI matrix
 #: (its time budget), run by the distributed session.
@@ -131,8 +138,11 @@ def _cell(cell: str, description: str, tests: list[str], env: dict[str, str]):
             "python", "-m", "pytest", *tests, "-p", "no:cacheprovider", f"--junitxml={junit}", *session.posargs,
             env={**env, **checked},
         )
+        if cell in SUITE_CELLS and not session.posargs:  # the release's own tests: auto == off, on == off but refusals
+            session.run("python", str(UPSTREAM_SUITE), cell)
 
-    run.__doc__ = description
+    run.__doc__ = description + (
+        "; then the release's own KV cache unit tests off / auto / on (tools/upstream_suite)" if cell in SUITE_CELLS else "")
     return run
 
 
@@ -191,6 +201,22 @@ def _register_cells() -> None:
     for pair in MATRIX["ascend"]:
         cell = f"ascend-{pair['vllm_ascend']}"
         nox.session(name=f"zoo-{cell}", default=False)(_zoo(cell))
+    for cell in sorted(SUITE_CELLS):
+        nox.session(name=f"suite-{cell}", default=False, venv_backend="none")(_suite(cell))
+
+
+def _suite(cell: str):
+    def suite(session: nox.Session) -> None:
+        python = ROOT / ".nox" / cell.replace(".", "-") / "bin" / "python"
+        if not python.is_file():
+            session.error(f"{cell}'s environment is not built: run tools/nox.sh -s {cell} first")
+        session.run(str(python), str(UPSTREAM_SUITE), cell, *session.posargs, external=True)
+
+    suite.__doc__ = (
+        f"The upstream release's own KV cache unit tests in {cell}'s environment (built by its cell), with the "
+        "plugin off, auto and on, compared test by test (posargs: --modes, --suite, --list)"
+    )
+    return suite
 
 
 def _zoo(cell: str):

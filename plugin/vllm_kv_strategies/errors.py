@@ -56,3 +56,24 @@ class KVBudgetExceededError(StockWouldFailError):
     worker measured before its budget step (or ``--kv-cache-memory-bytes``):
     raised in every mode, before anything is allocated, whichever path
     (the plugin's layout or stock's build) was about to allocate."""
+
+
+class NothingToBuildError(KVStrategiesError):
+    """The KV cache config names no layer for the strategies to build (an
+    empty config, or one whose every layer is the runner's own): the replaced
+    function takes it as it is, in every mode, with nothing logged."""
+
+
+def missing_input(exc: BaseException) -> str | None:
+    """What an input lacks, where ``exc`` is an ``AttributeError`` raised on an
+    object the plugin was handed (a runner, a config, a spec: anything not of
+    this package), else None. The plugin reads more of its inputs than the
+    function it replaces does; where one of those reads finds nothing, stock
+    builds in every mode (one warning names it), since stock would not have
+    asked (``KV_STRATEGIES=on`` included)."""
+    if not isinstance(exc, AttributeError) or exc.name is None:
+        return None
+    owner = getattr(exc, "obj", None)  # None too: an attribute of None is a default of the plugin's own
+    if owner is None or type(owner).__module__.split(".")[0] == __name__.split(".")[0]:
+        return None
+    return f"{type(owner).__qualname__} {exc.name!r} (which the replaced function does not read)"

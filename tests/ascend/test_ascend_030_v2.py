@@ -189,13 +189,14 @@ def test_model_wide_branches_are_named(over, named):
 @pytest.mark.parametrize(
     ("module", "probe", "named"),
     [
-        ("vllm_ascend.quantization.utils", "enable_fa_quant", "quantised attention KV cache (FA quant)"),
-        ("vllm_ascend.distributed.kv_transfer.kv_pool.ascend_store.layerwise_cache_layout",
-         "get_layerwise_reuse_config", "layerwise KV cache reuse"),
+        ("vllm_ascend.worker.v2.attn_utils", "enable_fa_quant", "quantised attention KV cache (FA quant)"),
+        ("vllm_ascend.worker.v2.attn_utils", "get_layerwise_reuse_config", "layerwise KV cache reuse"),
+        ("vllm_ascend.worker.v2.attn_utils", "_is_dsv4_model", "DeepSeek V4 KV cache"),
     ],
 )
 def test_branches_vllm_ascend_probes_are_named(module, probe, named, monkeypatch):
-    """V2's model-wide branches, asked of vllm-ascend's own probes (forced true here)."""
+    """V2's model-wide branches, asked of vllm-ascend's own probes (forced true here) where V2's
+    ``_allocate_kv_cache`` looks them up: its module's globals, not the modules that define them."""
     import importlib
 
     from vllm.v1.kv_cache_interface import FullAttentionSpec

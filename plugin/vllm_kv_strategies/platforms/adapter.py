@@ -12,7 +12,7 @@ from typing import Any
 from vllm_kv_strategies import envs, patching
 from vllm_kv_strategies.patching import owner_and_name
 from vllm_kv_strategies.platforms.targets import PatchTarget
-from vllm_kv_strategies.errors import KVCacheAllocationError, StockWouldFailError
+from vllm_kv_strategies.errors import KVCacheAllocationError, NothingToBuildError, StockWouldFailError, missing_input
 from vllm_kv_strategies.logger import PREFIX, logger, warn_once
 from vllm_kv_strategies.core.plan import KVCachePlan
 from vllm_kv_strategies.report import log_summary
@@ -112,7 +112,11 @@ class RunnerAdapter:
         Any failure while planning (nothing is allocated yet) leaves the whole
         runner stock in ``auto``, with one warning per worker naming the layer,
         its spec and the reason (kept in :attr:`fallback_reason` for the
-        report); ``KV_STRATEGIES=on`` raises it. A
+        report); ``KV_STRATEGIES=on`` raises it, unless the plan read an input
+        the replaced function does not read and found nothing there
+        (:func:`~vllm_kv_strategies.errors.missing_input`: stock in every mode,
+        one warning). A config with no layer to build
+        (:class:`~vllm_kv_strategies.errors.NothingToBuildError`) is stock's, silently. A
         :class:`~vllm_kv_strategies.errors.StockWouldFailError` (stock would
         corrupt the cache or fail on it too) is raised in every mode.
         """
@@ -121,11 +125,15 @@ class RunnerAdapter:
             return plan()
         except StockWouldFailError:
             raise
+        except NothingToBuildError:
+            return None
         except Exception as exc:
-            if envs.KV_STRATEGIES == "on":
+            missing = missing_input(exc)
+            if envs.KV_STRATEGIES == "on" and missing is None:
                 raise
-            warn_once(f"{PREFIX} falling back to stock KV cache for all layers: {exc}")
-            self.fallback_reason = str(exc)
+            reason = f"its input has no {missing}" if missing else str(exc)
+            warn_once(f"{PREFIX} falling back to stock KV cache for all layers: {reason}")
+            self.fallback_reason = reason
             return None
 
     @staticmethod

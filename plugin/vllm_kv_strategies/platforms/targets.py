@@ -9,7 +9,9 @@ package. :mod:`vllm_kv_strategies.platforms` installs the declarations;
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,21 @@ class PatchTarget:
 
     def qualified(self, attribute: str) -> str:
         return f"{self.module}.{attribute}"
+
+    def binding(self, name: str) -> Any:
+        """``name`` as the patched module's own code looks it up when it runs:
+        the module's global (``from x import name`` in that module), which a
+        test or another plugin may have rebound. A replacement reads its
+        inputs through this, so that it reads what the function it replaces
+        reads, from where that one reads it.
+
+        Raises:
+            AttributeError: the module has no such global (or is not imported).
+        """
+        module = sys.modules.get(self.module)
+        if module is None:
+            raise AttributeError(f"{self.module} is not imported, so it binds no {name!r}")
+        return getattr(module, name)
 
     def describe(self) -> str:
         """``module.{Class.method, function}``: what is patched, for logs."""

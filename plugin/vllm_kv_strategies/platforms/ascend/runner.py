@@ -37,6 +37,7 @@ from vllm_kv_strategies.platforms.ascend import facts
 from vllm_kv_strategies.platforms.ascend.releases import code_mismatch
 from vllm_kv_strategies.versions import Versions
 from vllm_kv_strategies.errors import (
+    NothingToBuildError,
     StockWouldCorruptError,
     StockWouldFailError,
     UnscaledBudgetError,
@@ -122,6 +123,8 @@ class AscendAdapter(RunnerAdapter):
         or the worker's budget step asked for it (:mod:`.overlay`)."""
         given = kv_cache_config
         specs = facts.layer_specs(kv_cache_config)  # the config restated once: layer -> its own spec
+        if not specs:
+            raise NothingToBuildError("the KV cache config names no layer")
         hybrid = facts.is_hybrid(kv_cache_config, specs)  # 0.30: overlaid by stock itself, its budget unscaled
         strided = facts.strided_form(kv_cache_config)  # 0.30: buffers of its own per layer, or vLLM's overlay
         reason = facts.stock_only_kind(runner, kv_cache_config)  # 0.30's own paths, named as stock decides them

@@ -36,6 +36,7 @@ from vllm_kv_strategies.platforms.ascend import v2_layout as v2
 from vllm_kv_strategies.platforms.ascend.releases import v2_code_mismatch
 from vllm_kv_strategies.versions import Versions
 from vllm_kv_strategies.errors import (
+    NothingToBuildError,
     KVCacheLayoutError,
     StockWouldCorruptError,
     StockWouldFailError,
@@ -81,9 +82,18 @@ def _building() -> Any:
 
 
 def _current_vllm_config() -> Any:
-    from vllm.config import get_current_vllm_config
+    """The ``VllmConfig`` V2's ``_allocate_kv_cache`` works on: what the
+    ``get_current_vllm_config`` of its own module answers when it runs."""
+    return v2.stock("get_current_vllm_config")()
 
-    return get_current_vllm_config()
+
+def _config_for_report() -> Any:
+    """The current ``VllmConfig`` for the summary line, or None where V2's
+    module has none to give (the report then names no model)."""
+    try:
+        return _current_vllm_config()
+    except Exception:
+        return None
 
 
 class AscendV2AllocationAdapter(RunnerAdapter):
@@ -120,6 +130,8 @@ class AscendV2AllocationAdapter(RunnerAdapter):
                 (:func:`~vllm_kv_strategies.core.plan.plan_kv_cache`); the overlay
                 asked for is refused (:func:`~vllm_kv_strategies.platforms.ascend.v2_layout.overlay_refusal`).
         """
+        if not facts.layer_specs(kv_cache_config):
+            raise NothingToBuildError("the KV cache config names no layer")
         skip = set(shared_layers)
         hybrid = facts.is_hybrid(kv_cache_config)
         overlay = not hybrid and facts.overlays_groups(kv_cache_config, skip) and (
@@ -156,13 +168,13 @@ class AscendV2AllocationAdapter(RunnerAdapter):
         overlay with no fallback (``UnscaledBudgetError`` in every mode)."""
         if self.observing():
             return None
-        vllm_config = _current_vllm_config()
         if runner is not None and overlay_committed(runner):
             try:
-                return self.plan_v2(vllm_config, kv_cache_config, shared_layers, kernel_block_sizes, overlay=True)
+                return self.plan_v2(_current_vllm_config(), kv_cache_config, shared_layers, kernel_block_sizes, overlay=True)
             except Exception as exc:
                 raise unscaled_refusal(runner, kv_cache_config, set(shared_layers), exc, "Ascend Model Runner V2") from exc
-        return self.plan_or_fallback(lambda: self.plan_v2(vllm_config, kv_cache_config, shared_layers, kernel_block_sizes))
+        return self.plan_or_fallback(
+            lambda: self.plan_v2(_current_vllm_config(), kv_cache_config, shared_layers, kernel_block_sizes))
 
     # -- the replaced functions --------------------------------------------
     def allocate_kv_cache(self, stock: Any, kv_cache_config: Any, shared_layers: dict[str, str], device: Any) -> dict[str, Any]:
@@ -178,13 +190,14 @@ class AscendV2AllocationAdapter(RunnerAdapter):
             StockWouldFailError: in every mode (see :meth:`plan_v2`).
             KVCacheAllocationError: the device has not the bytes.
         """
-        runner, vllm_config = _building(), _current_vllm_config()
+        runner = _building()
         decided = self._decide(runner, kv_cache_config, shared_layers)
         if decided is None:
             if runner is not None and decision_of(runner) is not None:  # stock's bytes, measured on the meta device
                 nbytes, buffers = dry_run_bytes(lambda meta: stock(copy.deepcopy(kv_cache_config), shared_layers=shared_layers, device=meta))
-                check_within_budget(runner, nbytes, buffers, "stock's KV cache build (Ascend Model Runner V2)", vllm_config)
+                check_within_budget(runner, nbytes, buffers, "stock's KV cache build (Ascend Model Runner V2)", _current_vllm_config())
             return stock(kv_cache_config, shared_layers=shared_layers, device=device)
+        vllm_config = _current_vllm_config()
         align = vllm_config.kv_transfer_config is not None
         if decided.regions is None:
             check_within_budget(runner, *allocation_bytes(decided.layouts), "the plugin's KV cache layout (Ascend Model Runner V2)", vllm_config)
@@ -233,7 +246,7 @@ class AscendV2AllocationAdapter(RunnerAdapter):
             for layer_name, target in shared_kv_cache_layers.items():
                 kv_caches[layer_name] = kv_caches[target]
             self.inject_test_fault(decided.plan, kv_caches)
-        self.report(None if decided is None else decided.plan, kv_caches, kv_cache_config, _current_vllm_config())
+        self.report(None if decided is None else decided.plan, kv_caches, kv_cache_config, _config_for_report())
         return kv_caches
 
     @staticmethod

@@ -16,9 +16,8 @@ fit, ``NPUWorker._scale_kv_cache_memory_for_multi_group``):
   buffers, split by head size;
 * a Mamba layer: one buffer, state after state.
 
-These functions say which layers take which form and what the strategies do
-not build yet (refused by name: stock builds those). Importing this module
-imports neither torch nor vLLM.
+These functions say which layers take which form and what the strategies do not
+build yet (refused by name: stock builds those). Imports neither torch nor vLLM.
 """
 
 from __future__ import annotations
@@ -46,16 +45,16 @@ def layer_specs(kv_cache_config: Any) -> dict[str, Any]:
     }
 
 
-def _ascend_config(runner: Any) -> Any:
-    return getattr(runner, "ascend_config", None)
-
-
 def is_hybrid(kv_cache_config: Any, specs: dict[str, Any] | None = None) -> bool:
     """Whether the config has Mamba and attention layers (stock's
     ``hybrid_with_attn_and_mamba``, detected across all KV cache groups);
     ``specs``: its :func:`layer_specs`, where the caller has them."""
     mamba = [is_mamba(spec) for spec in (specs if specs is not None else layer_specs(kv_cache_config)).values()]
     return any(mamba) and not all(mamba)
+
+
+#: Runner flags under which xlite changes no layout: stock 0.30 asks it last, after them (_allocate_kv_cache_tensors).
+_XLITE_UNREAD_WITH = ("use_dcp", "use_sparse", "use_compress", "sparse_kv_offload_enabled")
 
 
 def unbuilt_layout_reason(runner: Any, kv_cache_config: Any, overlay: bool = False) -> str | None:
@@ -88,11 +87,12 @@ def strided_layout_gap(runner: Any, kv_cache_config: Any, specs: dict[str, Any],
     kinds = ", ".join(sorted({type(spec).__name__ for spec in specs.values()}))
     found = []
     tensors = kv_cache_config.kv_cache_tensors
-    ascend = _ascend_config(runner)
+    ascend = getattr(runner, "ascend_config", None)
     model_type = getattr(getattr(getattr(runner, "model_config", None), "hf_text_config", None), "model_type", None)
     if any(getattr(t, "layer_stride", None) == 0 and len(t.layers) > 1 for t in tensors):
         found.append("layers aliasing one zero-stride tensor")
-    if getattr(getattr(ascend, "xlite_graph_config", None), "enabled", False):
+    if not any(getattr(runner, f, False) for f in _XLITE_UNREAD_WITH) and getattr(
+            getattr(ascend, "xlite_graph_config", None), "enabled", False):
         found.append("xlite graphs")
     c8 = getattr(runner, "c8_cache_dtype", None)  # stock views a packed SFA C8 cache in it, the strategy in the spec's
     if any(getattr(s, "cache_sparse_sfa_c8", False) and s.dtype != c8 for s in specs.values()):

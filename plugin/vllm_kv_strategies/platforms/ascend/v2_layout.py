@@ -81,6 +81,11 @@ from typing import Any
 
 from vllm_kv_strategies.core.specs import is_mamba, is_mla
 from vllm_kv_strategies.platforms.ascend.strided import is_hybrid, layer_specs
+from vllm_kv_strategies.platforms.ascend.targets import ASCEND_V2_ALLOCATION
+
+#: What V2's ``_allocate_kv_cache`` / ``_reshape_kv_cache_v2`` look up in their module when they run
+#: (``vllm_ascend.worker.v2.attn_utils``): the plugin asks the same globals, never their source modules.
+stock = ASCEND_V2_ALLOCATION.binding
 
 #: Spec classes (exact) whose V2 layouts the strategies build.
 BUILT_SPEC_CLASSES = frozenset(
@@ -99,22 +104,16 @@ COMBINED, SPLIT = "combined", "split"
 
 
 def _model_reasons(vllm_config: Any) -> list[str]:
-    """Branches V2 takes for the whole model, named (vllm-ascend's own probes)."""
-    from vllm_ascend.ascend_config import KVPPConfig
-    from vllm_ascend.distributed.kv_transfer.kv_pool.ascend_store.layerwise_cache_layout import (
-        get_layerwise_reuse_config,
-    )
-    from vllm_ascend.quantization.utils import enable_fa_quant
-
+    """Branches V2 takes for the whole model, named, by vllm-ascend's own probes
+    in the order ``_allocate_kv_cache`` asks them (0.30.0rc2)."""
+    if stock("KVPPConfig").from_vllm_config(vllm_config).size > 1:
+        return ["KVPP"]
     found = []
-    if KVPPConfig.from_vllm_config(vllm_config).size > 1:
-        found.append("KVPP")
-    hf = getattr(getattr(vllm_config, "model_config", None), "hf_config", None)
-    if hf is not None and hasattr(hf, "compress_ratios"):
+    if stock("_is_dsv4_model")(vllm_config):
         found.append("DeepSeek V4 KV cache")
-    if get_layerwise_reuse_config(vllm_config.kv_transfer_config) is not None:
+    if stock("get_layerwise_reuse_config")(vllm_config.kv_transfer_config) is not None:
         found.append("layerwise KV cache reuse")
-    if enable_fa_quant(vllm_config):
+    if stock("enable_fa_quant")(vllm_config):
         found.append("quantised attention KV cache (FA quant)")
     return found
 
@@ -122,9 +121,7 @@ def _model_reasons(vllm_config: Any) -> list[str]:
 def uses_sfa(vllm_config: Any) -> bool:
     """vllm-ascend's ``enable_sfa(vllm_config)`` (the HF config's ``index_topk``,
     no DeepSeek V4 / kpool indexer), which selects V2's sparse branches."""
-    from vllm_ascend.utils import enable_sfa
-
-    return bool(enable_sfa(vllm_config))
+    return bool(stock("enable_sfa")(vllm_config))
 
 
 def uses_dcp(vllm_config: Any) -> bool:
@@ -137,13 +134,11 @@ def packed_view_dtype(vllm_config: Any) -> Any:
     the ``--kv-cache-dtype``'s (``kv_cache_dtype_str_to_dtype``), as
     ``_reshape_kv_cache_v2`` (0.30)."""
     import torch
-    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
-    from vllm_ascend.quantization.methods.kv_cache.turboquant import TURBOQUANT_CACHE_DTYPE
 
     cache_dtype = vllm_config.cache_config.cache_dtype
-    if cache_dtype == TURBOQUANT_CACHE_DTYPE:
+    if cache_dtype == stock("TURBOQUANT_CACHE_DTYPE"):
         return torch.int8
-    return kv_cache_dtype_str_to_dtype(cache_dtype, vllm_config.model_config)
+    return stock("kv_cache_dtype_str_to_dtype")(cache_dtype, vllm_config.model_config)
 
 
 def _packed_reasons(vllm_config: Any, specs: dict[str, Any]) -> list[str]:
@@ -229,23 +224,19 @@ def combined_kv_layers(vllm_config: Any, kv_cache_config: Any, overlay: bool = F
     (SFA) model or under decode context parallelism (V2's guards). In a
     hybrid, and in the plugin's ``overlay`` (:func:`overlay_refusal` passed),
     every non-MLA attention layer takes that form."""
-    from vllm.config import get_layers_from_vllm_config
-    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
-    from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
-
     specs = layer_specs(kv_cache_config)
     if overlay or is_hybrid(kv_cache_config):
         return frozenset(n for n, s in specs.items() if not is_mamba(s) and not is_mla(s))
     if uses_sfa(vllm_config) or uses_dcp(vllm_config):
         return frozenset()
-    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)
+    layers = stock("get_layers_from_vllm_config")(vllm_config, stock("AttentionLayerBase"))
     out = set()
     for name, spec in specs.items():
         layer = layers.get(name)
         backend = layer.get_attn_backend() if layer is not None else None
         if split_form_by_class(spec) or is_mamba(spec):
             continue
-        if (backend is None or not backend.is_sparse()) and not requires_contiguous_pa_kv_cache(layer, vllm_config, spec):
+        if (backend is None or not backend.is_sparse()) and not stock("requires_contiguous_pa_kv_cache")(layer, vllm_config, spec):
             out.add(name)
     return frozenset(out)
 
@@ -261,10 +252,7 @@ def overlay_refusal(vllm_config: Any, kv_cache_config: Any) -> str | None:
     sparse attention (SFA) or DCP (V2 splits K and V there), and attention
     layers of one head size whose backend is dense and needs no contiguous
     paged-attention cache (``requires_contiguous_pa_kv_cache``)."""
-    from vllm.config import get_layers_from_vllm_config
-    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.v1.kv_cache_interface import AttentionSpec
-    from vllm_ascend.attention.utils import requires_contiguous_pa_kv_cache
 
     from vllm_kv_strategies.core.specs import head_size_v
 
@@ -274,7 +262,7 @@ def overlay_refusal(vllm_config: Any, kv_cache_config: Any) -> str | None:
         return f"Ascend Model Runner V2 layouts of {', '.join(dict.fromkeys(found))} yet"
     if uses_sfa(vllm_config) or uses_dcp(vllm_config):
         return "sparse attention (SFA) or decode context parallelism (V2 gives their attention layers separate K and V)"
-    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)
+    layers = stock("get_layers_from_vllm_config")(vllm_config, stock("AttentionLayerBase"))
     for name, spec in specs.items():
         what, layer = f"layer {name!r} ({type(spec).__name__})", layers.get(name)
         if not isinstance(spec, AttentionSpec) or is_mla(spec) or head_size_v(spec) != spec.head_size:
@@ -282,7 +270,7 @@ def overlay_refusal(vllm_config: Any, kv_cache_config: Any) -> str | None:
         backend = layer.get_attn_backend() if layer is not None else None
         if backend is None or backend.is_sparse():
             return f"{what}: no dense attention backend"
-        if requires_contiguous_pa_kv_cache(layer, vllm_config, spec):
+        if stock("requires_contiguous_pa_kv_cache")(layer, vllm_config, spec):
             return f"{what}: its paged-attention kernels need contiguous K/V caches"
     return hybrid_stride_misfit(kv_cache_config)
 

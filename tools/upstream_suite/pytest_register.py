@@ -1,0 +1,42 @@
+"""pytest plugin for an upstream project's own test suite (``-p pytest_register``).
+
+Loaded by ``tools/upstream_suite/run.py`` into a run of vllm-ascend's ``tests/ut`` or vLLM's
+``tests/v1/worker`` taken from the release's source distribution. It does two things, both
+before any test module is imported:
+
+* stands in (``vllm_kv_strategies.deploy.standins.stand_in``) for the modules named in
+  ``KV_SUITE_STAND_IN`` (comma-separated) that cannot be imported in the cell's environment
+  (torchvision: transformers' Qwen2-VL processors import it, and vllm-ascend's worker patches
+  import those); the suite's own ``conftest.py`` then installs its ``torch_npu`` mocks on top,
+  as it does on any CPU host;
+* calls this plugin's entry point in vLLM's ``vllm.general_plugins`` group the way vLLM's
+  plugin loader does (``entry_point.load()()``), so that ``KV_STRATEGIES`` (``off``, ``auto``,
+  ``on``) decides what is patched, exactly as in a served vLLM process.
+
+The plugin's decision is written to ``KV_SUITE_DECISION`` (a file) so the run can show it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+
+ENTRY_POINT = "kv_strategies"
+
+
+_STAND_IN = [name for name in os.environ.get("KV_SUITE_STAND_IN", "").split(",") if name]
+if _STAND_IN:  # before the suite's conftest.py files import anything
+    from vllm_kv_strategies.deploy.standins import stand_in
+
+    stand_in(*_STAND_IN)
+
+
+def pytest_configure(config):  # after the initial conftest.py files: their mocks are in place
+    [entry_point] = importlib.metadata.entry_points(group="vllm.general_plugins", name=ENTRY_POINT)
+    entry_point.load()()
+    decision = os.environ.get("KV_SUITE_DECISION")
+    if decision:
+        import vllm_kv_strategies
+
+        with open(decision, "w") as out:
+            out.write(f"{vllm_kv_strategies._registered_platform}\n")
