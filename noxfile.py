@@ -64,6 +64,10 @@ SDIST_BUILD_ENV = {"SOC_VERSION": "ascend910b1", "COMPILE_CUSTOM_KERNELS": "0"}
 #: (its time budget), run by the distributed session.
 DISTRIBUTED_E2E = "tests/e2e/test_e2e_pp_dp.py"
 
+#: Optional extras a cell installs where ``requirements/<extra>/<cell>.txt`` pins them: ``plot``
+#: (matplotlib) in ascend-0.30.0 and upstream-0.32.0, so that the pictures are drawn and read back there.
+EXTRAS = ("plot",)
+
 nox.options.reuse_venv = "yes"
 nox.options.sessions = []  # filled below: every cell, not the demo
 
@@ -115,13 +119,15 @@ def _install(session: nox.Session, requirements: str, *extras: str) -> None:
 
 
 def _cell(cell: str, description: str, tests: list[str], env: dict[str, str]):
+    extras = [extra for extra in EXTRAS if (REQUIREMENTS / extra / f"{cell}.txt").is_file()]
+
     def run(session: nox.Session) -> None:
         REPORTS.mkdir(parents=True, exist_ok=True)
         installed = REPORTS / f"{cell}.installed"  # tools/test.sh: absent = the environment failed
         junit = REPORTS / f"{cell}.xml"
         installed.unlink(missing_ok=True)
         junit.unlink(missing_ok=True)
-        _install(session, cell)
+        _install(session, cell, *extras)
         installed.touch()
         # pytest's exit code 5 (no test collected) fails the session like any non-zero code.
         # KV_TEST_CELL: tests/conftest.py fails the run when a module skips whole without being declared
