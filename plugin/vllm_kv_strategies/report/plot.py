@@ -37,6 +37,14 @@ def pyplot():
     return plt
 
 
+def nice_step(rough: float) -> float:
+    """1, 2 or 5 x a power of ten, at least ``rough`` (MiB between the axis' ticks)."""
+    import math
+
+    power = 10 ** math.floor(math.log10(rough)) if rough > 0 else 1
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
+
+
 def hatch(kind: str | None) -> str:
     return HATCHES.get((kind or "").split("/")[0], "--")
 
@@ -76,8 +84,9 @@ def _draw_map(plt, ax, m: MemoryMap, width: int) -> None:
     ax.set_xlim(0, width)
     ax.set_ylim(0, 1)
     ax.set_yticks([])
-    ticks = [width * i / 8 for i in range(9)]
-    ax.set_xticks(ticks, [f"{t / 2**20:,.0f}" for t in ticks])
+    step = nice_step(width / 8 / 2**20) * 2**20
+    ticks = [i * step for i in range(int(width // step) + 1)]
+    ax.set_xticks(ticks, [f"{t / 2**20:,.{0 if step >= 2**20 else 2}f}" for t in ticks])
     ax.set_xlabel(totals_line(m), fontsize=8)
     ax.set_title(m.label, fontsize=9, loc="left")
 
