@@ -53,7 +53,7 @@ EXPECTED = {
                           ["group 0: sliding_window (18 layers)", "group 1: full_attention (18 layers)"], 521),
     "gemma-3-27b-like": ((114, 16, 2_048), (1, 102, 13_056),
                          [*(f"group {g}: sliding_window ({9 if g < 4 else 8} layers)" for g in range(6)),
-                          "group 6: full_attention (10 layers)"], 555),
+                          "group 6: full_attention (10 layers)"], 572),
 }
 
 
@@ -99,7 +99,7 @@ def test_one_report_and_the_budget_given(reports, tmp_path, capsys):
     path = reports["gpt-oss-120b-like"]["plugin"]
     assert main(["report", path, "--plot", str(png), "--budget", str(2 * BUDGET)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"memory map written to {png}"
-    assert png_size(png) == (1200, 331)  # one map, 1 + 3 legend entries
+    assert png_size(png) == (1200, 331)  # one map; 2 groups + 4 legend entries, two to a row
     m = memory_map(schema.load(path), "plugin", 2 * BUDGET)
     fig = draw([m], None, "one")
     try:

@@ -99,7 +99,7 @@ def test_gemma3_multi_group_budget_on_030(tmp_path):
     result, data = plan(tmp_path, "gemma-3-27b", "--max-model-len", "32768", "--device-memory-gib", "64", "--plot", str(one))
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[-1] == f"memory map written to {one} (plugin only: the other side's KV cache was not built)"
-    assert png_size(one) == (1200, 365)  # one map; legend: 7 groups + 3 entries, two to a row
+    assert png_size(one) == (1200, 382)  # one map; legend: 7 groups + 4 entries, two to a row
     stock, plugin = data["ascend"]["stock"], data["ascend"]["plugin"]
     assert round(stock["budget_scale"], 4) == round(10 / 62, 4) and plugin["budget_scale"] == 1.0
     assert "estimated maximum model length is" in stock["refusal"] and stock["num_blocks"] is None
@@ -111,7 +111,7 @@ def test_gemma3_multi_group_budget_on_030(tmp_path):
                         "--plot", str(two))
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[-1] == f"memory maps written to {two}"
-    assert png_size(two) == (1200, 555)  # stock above the plugin
+    assert png_size(two) == (1200, 572)  # stock above the plugin
     stock, plugin = data["ascend"]["stock"], data["ascend"]["plugin"]
     assert stock["num_blocks"] == plugin["num_blocks"] == 8_000_000_000 // (10 * page)
     assert stock["bytes_allocated_per_worker"] == [stock["num_blocks"] * 62 * page]

@@ -75,11 +75,11 @@ def test_the_demo_models_map_and_stock_against_the_plugin(served, tmp_path):
     shown = report(served["plugin"], "--plot", str(one))
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[-1] == f"memory map written to {one}"
-    assert png_size(one) == (1200, 314)  # one map; 1 group + 3 legend entries, two to a row
+    assert png_size(one) == (1200, 331)  # one map; 1 group + 4 legend entries, two to a row
     shown = report(served["stock"], served["plugin"], "--plot", str(two))
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[-1] == f"memory maps written to {two}"
-    assert png_size(two) == (1200, 504)
+    assert png_size(two) == (1200, 521)
 
     maps = [memory_map(stock, "A"), memory_map(plugin, "B")]
     fig = draw(maps, None, "demo")
@@ -89,6 +89,12 @@ def test_the_demo_models_map_and_stock_against_the_plugin(served, tmp_path):
             assert sorted(p.get_gid() for p in ax.patches if p.get_gid().startswith("view:")) == sorted(
                 f"view:{name}" for name, layer in r["layers"].items() for _ in layer["views"])
             assert ax.get_xlim() == (0, GIB)
+            # vLLM's one backing of the budget, a quarter per layer (its views address all of it: no stripes, no sharing)
+            [band] = m.bands
+            assert [(p.layer, p.start, p.end, p.addressed, p.lane, p.subs, p.shared) for p in band.pieces] == [
+                (f"model.layers.{i}.self_attn.attn", i * GIB // 4, (i + 1) * GIB // 4, GIB // 4, 0, 1, False)
+                for i in range(4)]
+            assert band.padding == []
             t = r["totals"]
             assert ax.get_xlabel().startswith(
                 f"allocated {t['bytes_allocated'] / 2**20:,.1f} MiB in 1 buffer; budget 1,024.0 MiB "

@@ -5,7 +5,8 @@ lists them (their device addresses are not recorded), each a band of its bytes. 
 each KV cache group holding views there has a lane, in which each view of its layers covers
 its extent (from its offset, shape, strides and dtype): groups overlaid on the same bytes
 (vLLM's hybrid layout: a tensor per layer slot, one layer of each group in it) show as lanes
-filled over the same range; a layer whose views address a byte another layer's views address
+filled over the same range, and layers of one group interleaved block by block over the same
+range (vLLM's one backing, a block holding every layer's page) as stripes of its lane; a layer whose views address a byte another layer's views address
 (the report's ``aliases``) is ``shared``. Bytes of a buffer
 outside every view's extent are padding; the budget left over is unused.
 """
@@ -13,6 +14,7 @@ outside every view's extent are padding; the budget left over is unused.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import combinations
 
 #: Element sizes of the dtypes reports name (torch's names without ``torch.``).
 DTYPE_BYTES = {
@@ -38,6 +40,8 @@ class Piece:
     addressed: int
     lane: int = 0
     shared: bool = False
+    sub: int = 0  #: its layer's stripe in the lane, where the group's layers interleave in these bytes
+    subs: int = 1
 
     @property
     def strided(self) -> bool:
@@ -129,6 +133,12 @@ def memory_map(report: dict, label: str, budget: int | None = None) -> MemoryMap
         band.lanes = sorted({p.group for p in band.pieces}, key=lambda g: (g is None, g or 0))
         for piece in band.pieces:
             piece.lane = band.lanes.index(piece.group)
+        for group in band.lanes:  # layers of one group over the same range (block by block): a stripe each
+            pieces = [p for p in band.pieces if p.group == group]
+            layers = list(dict.fromkeys(p.layer for p in pieces))
+            if any(a.layer != b.layer and a.start < b.end and b.start < a.end for a, b in combinations(pieces, 2)):
+                for piece in pieces:
+                    piece.sub, piece.subs = layers.index(piece.layer), len(layers)
     return MemoryMap(label, budget if budget is not None else budget_of(report), list(bands.values()),
                      report["totals"], dict(sorted(groups.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0))))
 

@@ -4,13 +4,15 @@ optional extra ``plot``; imported here, on first use, never at the plugin's impo
 One map per side (:mod:`.memory_map`), one above the other on the same byte scale: the device
 budget as the width, a band per buffer (grey: padding, bytes no view spans), in it a lane per
 KV cache group in which its layers' views are coloured by group and hatched by spec kind
-(outlined in black: a layer whose bytes another layer's views address too); the budget left over drawn as unused; under
+(outlined in black: a layer whose bytes another layer's views address too; a stripe per layer
+where the group's layers interleave block by block over the same bytes); the budget left over drawn as unused; under
 each map its totals (allocated, budget, required, num_blocks, token capacity); over two maps
 the capacity ratio.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from vllm_kv_strategies.report.memory_map import MemoryMap, mib, totals_line
@@ -68,11 +70,11 @@ def _draw_map(plt, ax, m: MemoryMap, width: int) -> None:
                                    gid=f"padding:{band.id}"))
         lanes = max(1, len(band.lanes))
         for piece in band.pieces:
-            y = 1 - (piece.lane + 1) / lanes
+            y = 1 - (piece.lane + 1) / lanes + (piece.subs - 1 - piece.sub) / lanes / piece.subs
             ax.add_patch(Rectangle(
-                (band.at + piece.start, y), piece.end - piece.start, 1 / lanes, facecolor=colour(plt, piece.group),
-                hatch=hatch(piece.kind), edgecolor="black" if piece.shared else "none",
-                linewidth=0.4 if piece.shared else 0, gid=f"view:{piece.layer}"))
+                (band.at + piece.start, y), piece.end - piece.start, 1 / lanes / piece.subs, facecolor=colour(plt, piece.group),
+                hatch=hatch(piece.kind), edgecolor="black" if piece.shared else "white", linewidth=0.5,
+                gid=f"view:{piece.layer}"))
     if m.budget and m.budget > m.allocated:
         ax.add_patch(Rectangle((m.allocated, 0), m.budget - m.allocated, 1, facecolor=UNUSED, edgecolor="none",
                                gid="unused budget"))
@@ -103,7 +105,9 @@ def _legend(plt, fig, maps: list[MemoryMap]) -> Any:
     handles += [Patch(facecolor=PADDING, edgecolor="white", label="padding: buffer bytes outside every view"),
                 Patch(facecolor=UNUSED, label="unused budget"),
                 Patch(facecolor="white", edgecolor="black", linewidth=0.8, label="outlined: a layer sharing bytes with "
-                      "another (lanes filled over the same bytes: groups overlaid)")]
+                      "another (lanes filled over the same bytes: groups overlaid)"),
+                Patch(facecolor=colour(plt, 0), edgecolor="white", linewidth=1.5, label="stripes in a lane: the group's "
+                      "layers interleaved block by block over these bytes")]
     return fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=7.5, frameon=False)
 
 
@@ -113,7 +117,7 @@ def draw(maps: list[MemoryMap], path: str | None, title: str) -> Any:
     plt = pyplot()
     width = max(m.width for m in maps)
     groups = len({key for m in maps for key in m.groups})
-    legend_rows = (groups + 3 + 1) // 2
+    legend_rows = (groups + 4 + 1) // 2
     fig, axes = plt.subplots(len(maps), 1, figsize=(12, 1.9 * len(maps) + 0.9 + 0.17 * legend_rows), squeeze=False)
     for ax, m in zip(axes[:, 0], maps):
         _draw_map(plt, ax, m, width)
@@ -142,13 +146,12 @@ def label(report: dict, path: str, side: str | None = None) -> str:
     release = f"vllm-ascend {versions['vllm_ascend']}" if versions.get("vllm_ascend") else f"vLLM {versions.get('vllm')}"
     prefix = f"{side}: " if side else ""
     shown = path if len(path) <= 60 else "..." + path[-57:]
-    return f"{prefix}{_built_by(report)}, model {report.get('model') or 'not recorded'}, {release} ({shown})"
+    model = os.path.basename(str(report.get("model") or "not recorded").rstrip("/"))  # a local path: its directory
+    return f"{prefix}{_built_by(report)}, model {model}, {release} ({shown})"
 
 
 def check_target(path: str) -> None:
     """:class:`ReportError` where ``path`` cannot be written (before anything is read)."""
-    import os
-
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise ReportError(f"--plot {path}: cannot write a file there")
