@@ -227,7 +227,8 @@ def _report(args: argparse.Namespace) -> int:
         if args.plot and plans:
             raise schema.ReportError(f"--plot {args.plot}: draws run reports; plan --plot draws a plan's sides")
         if args.plot and len(args.paths) == 1:
-            print(render.render(*reversed(one(args.paths[0]))) + "\n" + plot.plot_reports([one(args.paths[0])], args.plot, args.budget))
+            path, report = one(args.paths[0])  # a directory: its one rank's newest
+            print(render.render(report, path) + "\n" + plot.plot_reports([(path, report)], args.plot, args.budget))
             return 0
         if len(args.paths) == 1 and os.path.isdir(args.paths[0]):
             text, flagged = render.deployment(args.paths[0], schema.load_dir(args.paths[0]))
