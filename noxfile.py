@@ -17,7 +17,8 @@ Each cell builds its own virtual environment, ``.nox/<cell with dashes>``
 (``.nox/ascend-0-23-0``), from ``requirements/<cell>.txt``: the complete
 environment, pinned, installed with ``--no-deps`` through pip's cache (a
 source-only pin, vllm-ascend 0.23.0.post1, is built there once and kept in
-pip's wheel cache). Then it installs this checkout (not editable, as users get it) and runs the cell's
+pip's wheel cache), plus ``requirements/<extra>/<cell>.txt`` for each optional extra of
+:data:`EXTRAS` pinned for the cell (``plot``: matplotlib). Then it installs this checkout (not editable, as users get it) and runs the cell's
 tests with a junit report in ``.nox/_reports/<cell>.xml``. A cell whose
 environment cannot be installed fails before any test runs.
 
