@@ -109,3 +109,13 @@ def test_one_report_and_the_budget_given(reports, tmp_path, capsys):
         assert "unused budget\n1,026.5 MiB" in [t.get_text() for t in ax.texts]
     finally:
         pyplot().close(fig)
+    # a budget below what was allocated: the map is as wide as the allocation, the budget a red line, said
+    fig = draw([memory_map(schema.load(path), "plugin", BUDGET // 2)], None, "over")
+    try:
+        [ax] = fig.axes
+        assert ax.get_xlim() == (0, m.allocated) and gids(ax, "unused budget") == []
+        [line] = ax.get_lines()
+        assert (list(line.get_xdata()), line.get_color()) == ([BUDGET // 2] * 2, "red")
+        assert f"budget\n{m.allocated / (BUDGET // 2):.2f}x it allocated" in [t.get_text() for t in ax.texts]
+    finally:
+        pyplot().close(fig)

@@ -81,8 +81,12 @@ def _draw_map(plt, ax, m: MemoryMap, width: int) -> None:
         if m.budget - m.allocated > width / 12:  # else the legend says it
             ax.text(m.allocated + (m.budget - m.allocated) / 2, 0.5, f"unused budget\n{mib(m.budget - m.allocated)}",
                     ha="center", va="center", fontsize=8, color="#555555")
-    if m.budget:
-        ax.axvline(m.budget, color="black" if m.budget >= m.allocated else "red", linewidth=1.2, linestyle="--")
+    if m.budget and m.budget >= m.allocated:
+        ax.axvline(m.budget, color="black", linewidth=1.2, linestyle="--")
+    elif m.budget:  # beyond the budget: say so where it ends
+        ax.axvline(m.budget, color="red", linewidth=2.5, zorder=5)
+        ax.text(m.budget, 0.5, f"budget\n{m.allocated / m.budget:.2f}x it allocated", color="red", fontsize=8,
+                ha="center", va="center", zorder=6, bbox={"facecolor": "white", "edgecolor": "red", "linewidth": 0.8})
     ax.set_xlim(0, width)
     ax.set_ylim(0, 1)
     ax.set_yticks([])
@@ -122,7 +126,7 @@ def draw(maps: list[MemoryMap], path: str | None, title: str) -> Any:
     for ax, m in zip(axes[:, 0], maps):
         _draw_map(plt, ax, m, width)
     axes[-1, 0].set_xlabel(f"{axes[-1, 0].get_xlabel()}\nMiB from the first buffer (buffers end to end in the report's "
-                           "order; dashed line: the budget)", fontsize=8)
+                           "order; dashed line: the budget, red where exceeded)", fontsize=8)
     if len(maps) == 2:
         (a, what), (b, _) = maps[0].capacity, maps[1].capacity
         title += f"\ncapacity: {maps[0].label.split(':')[0]} {a:,}, {maps[1].label.split(':')[0]} {b:,} {what.split(' (')[0]}"
