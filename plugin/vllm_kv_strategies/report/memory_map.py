@@ -43,10 +43,6 @@ class Piece:
     sub: int = 0  #: its layer's stripe in the lane, where the group's layers interleave in these bytes
     subs: int = 1
 
-    @property
-    def strided(self) -> bool:
-        return self.addressed < self.end - self.start
-
 
 @dataclass
 class Band:
