@@ -17,7 +17,8 @@ Each cell builds its own virtual environment, ``.nox/<cell with dashes>``
 (``.nox/ascend-0-23-0``), from ``requirements/<cell>.txt``: the complete
 environment, pinned, installed with ``--no-deps`` through pip's cache (a
 source-only pin, vllm-ascend 0.23.0.post1, is built there once and kept in
-pip's wheel cache). Then it installs this checkout (not editable, as users get it) and runs the cell's
+pip's wheel cache), plus ``requirements/<extra>/<cell>.txt`` for each optional extra of
+:data:`EXTRAS` pinned for the cell (``plot``: matplotlib). Then it installs this checkout (not editable, as users get it) and runs the cell's
 tests with a junit report in ``.nox/_reports/<cell>.xml``. A cell whose
 environment cannot be installed fails before any test runs.
 
@@ -71,6 +72,10 @@ SUITE_CELLS = {suite["cell"] for suite in tomllib.loads(
 #: (its time budget), run by the distributed session.
 DISTRIBUTED_E2E = "tests/e2e/test_e2e_pp_dp.py"
 
+#: Optional extras a cell installs where ``requirements/<extra>/<cell>.txt`` pins them: ``plot``
+#: (matplotlib) in ascend-0.30.0 and upstream-0.32.0, so that the pictures are drawn and read back there.
+EXTRAS = ("plot",)
+
 nox.options.reuse_venv = "yes"
 nox.options.sessions = []  # filled below: every cell, not the demo
 
@@ -122,13 +127,15 @@ def _install(session: nox.Session, requirements: str, *extras: str) -> None:
 
 
 def _cell(cell: str, description: str, tests: list[str], env: dict[str, str]):
+    extras = [extra for extra in EXTRAS if (REQUIREMENTS / extra / f"{cell}.txt").is_file()]
+
     def run(session: nox.Session) -> None:
         REPORTS.mkdir(parents=True, exist_ok=True)
         installed = REPORTS / f"{cell}.installed"  # tools/test.sh: absent = the environment failed
         junit = REPORTS / f"{cell}.xml"
         installed.unlink(missing_ok=True)
         junit.unlink(missing_ok=True)
-        _install(session, cell)
+        _install(session, cell, *extras)
         installed.touch()
         # pytest's exit code 5 (no test collected) fails the session like any non-zero code.
         # KV_TEST_CELL: tests/conftest.py fails the run when a module skips whole without being declared

@@ -171,6 +171,47 @@ def multi_group_rows(budget: int, results: dict) -> None:
                 results["multi_group"].append(row)
 
 
+def slug(name: str) -> str:
+    """``gpt-oss-120b-like`` of ``gpt-oss-120b-like (36 layers, ...)``: a directory name."""
+    return name.split(" (")[0].replace(" ", "-")
+
+
+def write_reports(budget: int, directory: str, names=None) -> dict[str, dict[str, str]]:
+    """vllm-ascend 0.30's multi-group models (:data:`MULTI_GROUP`, ``names`` of them; default all)
+    on the V1 runner, each side end to end as in :func:`multi_group_rows`, as KV cache reports:
+    ``DIR/<model>/plugin/`` written by the plugin itself (``KV_STRATEGIES_REPORT``), ``DIR/<model>/stock/``
+    stock's build described as ``KV_STRATEGIES=observe`` describes it; both record the device's
+    ``budget`` (``kv_cache.budget_bytes``) before the worker's budget step. Returns
+    {model: {side: the report file}}; ``report STOCK PLUGIN --plot FILE.png`` draws them."""
+    from _pytest.monkeypatch import MonkeyPatch
+
+    import worker_030 as w
+    from vllm_kv_strategies.report import schema, write_report
+
+    out: dict[str, dict[str, str]] = {}
+    for name in names or MULTI_GROUP:
+        probe = rf.gqa_model(name, num_blocks=4, max_model_len=4096, **MULTI_GROUP[name])
+        out[slug(name)] = {}
+        for side in ("stock", "plugin"):
+            where = os.path.join(directory, slug(name), side)
+            with MonkeyPatch.context() as monkeypatch:
+                monkeypatch.setenv("KV_STRATEGIES", "auto")
+                monkeypatch.setenv("KV_STRATEGIES_REPORT", where)
+                d = w.deployment(lambda config: rf.make_runner(config, model_type="gpt_oss"), probe, budget, monkeypatch,
+                                 plugin=side == "plugin", max_model_len=4096)
+                if side == "stock":  # stock's own code writes none
+                    write_report(build_report(None, d.kv_caches, kv_cache_config=d.kv_cache_config, mode="observe",
+                                              model=slug(name), runner="NPUModelRunner (V1)"), where)
+            path = os.path.join(where, schema.latest_name(0))
+            with open(path) as f:
+                report = json.load(f)
+            report["model"], report["kv_cache"]["budget_bytes"] = slug(name), budget
+            with open(path, "w") as f:
+                json.dump(report, f, indent=1)
+            out[slug(name)][side] = path
+    return out
+
+
 def _timed(fn, model) -> float:
     runner = model.make_runner()
     config = copy.deepcopy(model.kv_cache_config)
@@ -255,12 +296,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny budget and 1 repeat: checks the benchmark runs (CI)")
     ap.add_argument("--only", choices=("memory", "init"), help="run one section (default: both)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--reports", metavar="DIR", help="only write the multi-group models' KV cache reports, stock and "
+                    "the plugin (vllm-ascend 0.30), to DIR/<model>/<side>/ (report STOCK PLUGIN --plot FILE.png draws them)")
     args = ap.parse_args()
     budget = (16 if args.quick else args.budget_mib) << 20
     repeats = 1 if args.quick else args.repeats
     version = importlib.metadata.version("vllm-ascend")
     results = {"vllm_ascend": version, "budget_bytes": budget, "memory": [], "init_time": [], "multi_group": []}
 
+    if args.reports:
+        for model, sides in write_reports(max(budget, 128 << 20), args.reports).items():
+            print(f"{model}: {sides['stock']} {sides['plugin']}")
+        return
     print(f"vllm-ascend {version}, per-device KV budget {budget >> 20} MiB")
     if args.only != "init":
         memory_rows(budget, results)

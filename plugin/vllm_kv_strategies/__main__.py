@@ -210,6 +210,11 @@ def _report(args: argparse.Namespace) -> int:
         return next(iter(ranks.values()))
 
     try:
+        if args.plot:  # before anything is read: matplotlib installed, the file writable
+            from vllm_kv_strategies.report import plot
+
+            plot.check_target(args.plot)
+            plot.pyplot()
         plans = [p for p in args.paths if plan_file.is_plan(p)]
         if plans and (len(args.paths) != 2 or plans != args.paths[:1]):
             wrong = next((p for p in plans if p != args.paths[0]), plans[0]) if len(args.paths) == 2 else plans[0]
@@ -219,6 +224,12 @@ def _report(args: argparse.Namespace) -> int:
                 f"{wrong}: {what}; compare a plan with a run's report: report PLAN RUN_REPORT "
                 "(the plan first, then one report file or a directory holding one rank)"
             )
+        if args.plot and plans:
+            raise schema.ReportError(f"--plot {args.plot}: draws run reports; plan --plot draws a plan's sides")
+        if args.plot and len(args.paths) == 1:
+            path, report = one(args.paths[0])  # a directory: its one rank's newest
+            print(render.render(report, path) + "\n" + plot.plot_reports([(path, report)], args.plot, args.budget))
+            return 0
         if len(args.paths) == 1 and os.path.isdir(args.paths[0]):
             text, flagged = render.deployment(args.paths[0], schema.load_dir(args.paths[0]))
             print(text)
@@ -235,6 +246,8 @@ def _report(args: argparse.Namespace) -> int:
         if not args.allow_different_models:
             render.check_same_model(a, b, path_a, path_b)
         print(render.compare(a, b, path_a, path_b))
+        if args.plot:
+            print(plot.plot_reports([(path_a, a), (path_b, b)], args.plot, args.budget))
         return 0
     except schema.ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -278,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="FILE, A B, or DIR")
     p.add_argument("--allow-different-models", action="store_true", help="compare reports of two different models")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the KV cache as a memory map (two: A above B, one "
+                   "scale) to FILE.png; needs matplotlib (pip install 'vllm-kv-strategies[plot]')")
+    p.add_argument("--budget", type=int, metavar="BYTES", help="with --plot: the KV cache budget per worker, the "
+                   "map's width, where the report does not record it (kv_cache.budget_bytes)")
     p.set_defaults(fn=_report)
     report_parser = p
     p = sub.add_parser("plan", add_help=False, help="how much KV cache a deployment gets, before anything starts "

@@ -93,9 +93,13 @@ def test_gemma3_multi_group_budget_on_030(tmp_path):
     scales the budget by the largest group's page bytes over all layers' (10 / 62 = 0.1613), and
     vLLM refuses the scaled budget; with the plugin the budget stays whole and vLLM's overlay fits
     in it. With ``--kv-cache-memory-bytes`` stock does not scale and its private buffers need
-    every layer's page per block: 62 / 10 = 6.2x the config."""
-    result, data = plan(tmp_path, "gemma-3-27b", "--max-model-len", "32768", "--device-memory-gib", "64")
+    every layer's page per block: 62 / 10 = 6.2x the config. ``--plot`` (matplotlib: pinned in this
+    cell) draws the memory map of each side that was built: the plugin's alone, then both."""
+    one, two = tmp_path / "one.png", tmp_path / "two.png"
+    result, data = plan(tmp_path, "gemma-3-27b", "--max-model-len", "32768", "--device-memory-gib", "64", "--plot", str(one))
     assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == f"memory map written to {one} (plugin only: the other side's KV cache was not built)"
+    assert png_size(one) == (1200, 382)  # one map; legend: 7 groups + 4 entries, two to a row
     stock, plugin = data["ascend"]["stock"], data["ascend"]["plugin"]
     assert round(stock["budget_scale"], 4) == round(10 / 62, 4) and plugin["budget_scale"] == 1.0
     assert "estimated maximum model length is" in stock["refusal"] and stock["num_blocks"] is None
@@ -103,12 +107,23 @@ def test_gemma3_multi_group_budget_on_030(tmp_path):
     assert plugin["num_blocks"] == plugin["budget_bytes_per_worker"] // (10 * page)
     assert plugin["bytes_allocated_per_worker"] == [plugin["num_blocks"] * 10 * page]
 
-    result, data = plan(tmp_path, "gemma-3-27b", "--max-model-len", "32768", "--kv-cache-memory-bytes", "8000000000")
+    result, data = plan(tmp_path, "gemma-3-27b", "--max-model-len", "32768", "--kv-cache-memory-bytes", "8000000000",
+                        "--plot", str(two))
     assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == f"memory maps written to {two}"
+    assert png_size(two) == (1200, 572)  # stock above the plugin
     stock, plugin = data["ascend"]["stock"], data["ascend"]["plugin"]
     assert stock["num_blocks"] == plugin["num_blocks"] == 8_000_000_000 // (10 * page)
     assert stock["bytes_allocated_per_worker"] == [stock["num_blocks"] * 62 * page]
     assert plugin["bytes_allocated_per_worker"] == [plugin["num_blocks"] * 10 * page]
+
+
+def png_size(path) -> tuple[int, int]:
+    import struct
+
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
 
 
 def test_plan_bad_input_is_one_line(tmp_path):

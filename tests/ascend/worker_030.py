@@ -30,6 +30,7 @@ class Deployment:
     buffers: int
     kv_caches: dict
     required: int = 0  #: the config's backing (vLLM 0.30's KVCacheTensor.size)
+    kv_cache_config: Any = None  #: the config built (after stock's layerwise rewrite on V1)
 
 
 def _profile(measured: int):
@@ -141,7 +142,8 @@ def deployment(runner_for, probe: Any, measured: int, monkeypatch, *, plugin: bo
             before_build(built)
         kv = rf.NPUModelRunner.initialize_kv_cache_tensors(built, config, **rf.stock_kwargs(built, config))
     nbytes, buffers = storages(kv)
-    return Deployment(measured, budget, config.num_blocks, nbytes, buffers, kv, max(t.size for t in config.kv_cache_tensors))
+    return Deployment(measured, budget, config.num_blocks, nbytes, buffers, kv, max(t.size for t in config.kv_cache_tensors),
+                      config)
 
 
 def as_v2(runner: Any) -> Any:
@@ -188,4 +190,5 @@ def deployment_v2(probe: Any, measured: int, monkeypatch, *, plugin: bool, max_m
         init = (lambda stock: AscendV2Adapter().initialize_kv_cache(stock, built)) if plugin else (lambda stock: stock(built))
         kv = init(lambda r: f2.allocate_main(r, config))
     nbytes, buffers = storages(kv)
-    return Deployment(measured, budget, config.num_blocks, nbytes, buffers, kv, max(t.size for t in config.kv_cache_tensors))
+    return Deployment(measured, budget, config.num_blocks, nbytes, buffers, kv, max(t.size for t in config.kv_cache_tensors),
+                      config)

@@ -12,6 +12,7 @@ serve one request of 4,096, which it refuses at TP 1.
 from __future__ import annotations
 
 import json
+import struct
 import sys
 
 import pytest
@@ -53,12 +54,38 @@ def test_sweep_plans_every_combination(tmp_path, capsys):
 
 
 def test_plot_is_drawn_with_matplotlib(tmp_path, capsys):
-    pytest.importorskip("matplotlib", reason="matplotlib (plan's optional plotting dependency) is not installed here")
-    png = tmp_path / "sweep.png"
-    code = cli.run([str(llama(tmp_path)), "--kv-cache-memory-bytes", str(BUDGET), "--sweep",
-                    "tensor-parallel-size=1,2", "--sweep", "max-model-len=1024,2048", "--plot", str(png)])
+    """The picture (matplotlib: pinned in the upstream-0.32.0 cell, requirements/plot/) read back: the PNG's
+    size, and the figure :func:`sweep.plot` draws from the sweep's rows: two panels, their titles and axis,
+    a line per value of the second swept argument through exactly the planned points (TP 1 at 2,048 is
+    refused: not drawn)."""
+    pytest.importorskip("matplotlib", reason="matplotlib (the optional extra 'plot') is pinned in the upstream-0.32.0 "
+                        "cell only (requirements/plot/)")
+    from vllm_kv_strategies.deploy import sweep
+
+    png, out = tmp_path / "sweep.png", tmp_path / "sweep.json"
+    code = cli.run([str(llama(tmp_path)), "--kv-cache-memory-bytes", str(BUDGET), "--sweep", "tensor-parallel-size=1,2",
+                    "--sweep", "max-model-len=1024,4096", "--plot", str(png), "--json", str(out)])
     assert code == 0, capsys.readouterr().err
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", data[16:24]) == (1210, 462)  # 11 x 4.2 inches at 110 dpi
+    rows = json.loads(out.read_text())["combinations"]
+    plt = sweep._matplotlib()
+    fig = sweep.plot(plt, str(tmp_path / "again.png"), "model", [("tensor-parallel-size", ["1", "2"]),
+                                                                 ("max-model-len", ["1024", "4096"])], rows)
+    try:
+        tokens_ax, concurrency_ax = fig.axes
+        assert [ax.get_title() for ax in fig.axes] == ["KV cache size (tokens)", "maximum concurrency (x)"]
+        assert {ax.get_xlabel() for ax in fig.axes} == {"tensor-parallel-size"}
+        assert [t.get_text() for t in tokens_ax.get_xticklabels()] == ["1", "2"]
+        lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in tokens_ax.get_lines()}
+        assert lines == {"max-model-len=1024": ([0, 1], [4096, 8192]), "max-model-len=4096": ([1], [8192])}
+        lines = {line.get_label(): list(line.get_ydata()) for line in concurrency_ax.get_lines()}
+        assert lines == {"max-model-len=1024": [4.0, 8.0], "max-model-len=4096": [2.0]}
+        assert [t.get_text() for t in tokens_ax.get_legend().get_texts()] == ["max-model-len=1024", "max-model-len=4096"]
+        assert fig._suptitle.get_text() == "plan --sweep: model (vLLM's planner; refused combinations not drawn)"
+    finally:
+        plt.close(fig)
 
 
 def test_plot_without_matplotlib_is_one_line(tmp_path, capsys, monkeypatch):
@@ -68,7 +95,8 @@ def test_plot_without_matplotlib_is_one_line(tmp_path, capsys, monkeypatch):
     captured = capsys.readouterr()
     assert (code, captured.out) == (2, "")
     assert captured.err.splitlines()[-1] == ("plan: error: --plot needs matplotlib, which is not installed here (pip "
-                                             "install matplotlib); the table and --json need nothing more")
+                                             "install 'vllm-kv-strategies[plot]', or pip install matplotlib); the table "
+                                             "and --json need nothing more")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -78,7 +106,8 @@ def test_plot_without_matplotlib_is_one_line(tmp_path, capsys, monkeypatch):
                                           "tensor-parallel-size=1,2,4,8)"),
     (["--sweep", "max-model-len=1,2", "--sweep", "max-model-len=3"], "--sweep max-model-len=3: max-model-len is "
                                                                      "swept twice"),
-    (["--plot", "x.png"], "--plot x.png: draws a sweep; give --sweep ARG=V1,V2,... too"),
+    (["--plot", "x.png"], "--plot x.png: draws a sweep (give --sweep ARG=V1,V2,... too), or on vllm-ascend the stock "
+                          "and plugin sides' memory maps"),
 ])
 def test_bad_sweeps_are_one_line(tmp_path, capsys, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)

@@ -101,3 +101,29 @@ def test_a_failed_write_is_one_warning(reports, tmp_path, monkeypatch, kv_log):
     assert kv_log.at(logging.WARNING) == [
         f"kv_strategies: could not write the report to {target}: {target} is a file, not a directory: "
         "KV_STRATEGIES_REPORT names the directory the reports go to"]
+
+
+def test_plot_without_matplotlib_is_one_line(reports, tmp_path, monkeypatch, capsys):
+    """``report --plot`` where matplotlib is not installed (an import of it raises ImportError): one
+    line naming the extra, exit 2, nothing written; checked before any report is read."""
+    import sys
+
+    from vllm_kv_strategies.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    png = tmp_path / "map.png"
+    for paths in ([reports["stock"]], [reports["stock"], reports["plugin"]], [tmp_path / "missing.json"]):
+        assert main(["report", *map(str, paths), "--plot", str(png)]) == 2
+        captured = capsys.readouterr()
+        assert (captured.out, captured.err) == ("", "error: --plot needs matplotlib, which is not installed here (pip "
+                                                    "install 'vllm-kv-strategies[plot]', or pip install matplotlib); "
+                                                    "everything else needs nothing more\n")
+    assert not png.exists()
+
+
+def test_plot_to_an_unwritable_path_or_of_a_plan_is_one_line(reports, tmp_path):
+    target = tmp_path / "no-such-dir" / "map.png"
+    shown = run_cli(reports["stock"], "--plot", target)
+    assert (shown.returncode, shown.stdout, shown.stderr) == (2, "", f"error: --plot {target}: cannot write a file there\n")
+    shown = run_cli(reports["stock"], "--plot", tmp_path)
+    assert (shown.returncode, shown.stdout, shown.stderr) == (2, "", f"error: --plot {tmp_path}: cannot write a file there\n")

@@ -58,7 +58,8 @@ def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     group.add_argument("--sweep", action="append", metavar="ARG=V1,V2,...", help="plan every combination of the "
                        "values of these engine arguments (repeatable: tensor-parallel-size=1,2,4,8) and print one table")
     group.add_argument("--plot", metavar="FILE.png", help="with --sweep: draw tokens and maximum concurrency against "
-                       "the swept values (needs matplotlib)")
+                       "the swept values; on vllm-ascend without --sweep: the stock and plugin sides' KV cache memory "
+                       "maps (needs matplotlib: pip install 'vllm-kv-strategies[plot]')")
     group.add_argument("--device-memory-gib", type=float, metavar="GIB", help="estimate the budget for a device of GIB GiB")
     group.add_argument("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, metavar="GIB",
                        help="what the estimate subtracts for activations, graphs and the runtime (not computed)")
@@ -138,6 +139,13 @@ def _run(argv: list[str]) -> int:
         raise BadInput(f"cannot import vLLM's engine arguments here: {type(exc).__name__}: {_one_line(exc)}") from None
     args = parse(parser, argv)
     check_architecture(config)
+    if args.plot and not args.sweep and not on_ascend():
+        raise BadInput(f"--plot {args.plot}: draws a sweep (give --sweep ARG=V1,V2,... too), or on vllm-ascend the "
+                       "stock and plugin sides' memory maps")
+    if args.plot:
+        from vllm_kv_strategies.deploy.sweep import _matplotlib
+
+        _matplotlib()  # installed, before anything is planned
     if args.sweep:
         from vllm_kv_strategies.deploy.sweep import sweep
 
@@ -149,6 +157,8 @@ def _run(argv: list[str]) -> int:
     print(render.table(prediction, args.model_dir))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
+    if args.plot:
+        print(render.memory_maps(prediction, args.model_dir, args.plot))
     plugin_side = prediction.ascend and prediction.ascend["plugin"]
     refused = prediction.refusal or (plugin_side and plugin_side.build_error and not plugin_side.not_planned)
     return 1 if refused else 0

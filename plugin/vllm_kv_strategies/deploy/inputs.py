@@ -64,8 +64,6 @@ def check_outputs(args) -> None:
         out = Path(path or ".")
         if path and (out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK)):
             raise BadInput(f"{flag} {path}: cannot write a file there")
-    if args.plot and not args.sweep:
-        raise BadInput(f"--plot {args.plot}: draws a sweep; give --sweep ARG=V1,V2,... too")
     for name, zero_allowed in (("kv_cache_memory_bytes", False), ("device_memory_gib", False), ("overhead_gib", True)):
         value = getattr(args, name, None)
         if value is None:

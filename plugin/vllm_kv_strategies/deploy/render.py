@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from vllm_kv_strategies._version import __version__
@@ -259,3 +260,21 @@ def as_json(prediction, model_dir: str) -> dict:
         "ascend": {name: side.as_json() for name, side in prediction.ascend.items()} if prediction.ascend else None,
         "seconds": round(prediction.seconds, 2),
     }
+
+
+def memory_maps(prediction, model_dir: str, path: str) -> str:
+    """``plan --plot`` without ``--sweep`` (vllm-ascend): the first worker's KV cache of each side
+    that was built, stock above the plugin on one scale (:mod:`vllm_kv_strategies.report.plot`); the
+    line saying where, or why nothing was drawn."""
+    from vllm_kv_strategies.report.memory_map import memory_map
+    from vllm_kv_strategies.report.plot import draw, pyplot
+
+    who = {"stock": "stock vllm-ascend", "plugin": "with the plugin (KV_STRATEGIES=auto)"}
+    built = [(name, side) for name, side in (prediction.ascend or {}).items() if side.memory_map]
+    if not built:
+        return f"--plot {path}: not drawn: neither side's KV cache was built (see above)"
+    maps = [memory_map(side.memory_map, f"{name}: {who[name]}, worker 0, planned on the meta device") for name, side in built]
+    fig = draw(maps, path, f"plan: {Path(model_dir).name}, the KV cache of each side as its runner builds it")
+    pyplot().close(fig)
+    return f"memory map{'s' if len(maps) == 2 else ''} written to {path}" + (
+        "" if len(maps) == 2 else f" ({built[0][0]} only: the other side's KV cache was not built)")

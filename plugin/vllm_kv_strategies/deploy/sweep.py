@@ -65,8 +65,8 @@ def _matplotlib():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise BadInput("--plot needs matplotlib, which is not installed here (pip install matplotlib); "
-                       "the table and --json need nothing more") from None
+        raise BadInput("--plot needs matplotlib, which is not installed here (pip install 'vllm-kv-strategies[plot]', "
+                       "or pip install matplotlib); the table and --json need nothing more") from None
     return plt
 
 
@@ -101,7 +101,7 @@ def sweep(parser, argv: list[str], args, plan_once, progress) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(data, indent=1) + "\n")
     if plt is not None:
-        plot(plt, args.plot, args.model_dir, sweeps, rows)
+        plt.close(plot(plt, args.plot, args.model_dir, sweeps, rows))
     return 0 if any(r["num_blocks"] for r in rows) else 1
 
 
@@ -130,8 +130,9 @@ def table(model_dir: str, sweeps, rows, first, seconds: float) -> list[str]:
     return lines
 
 
-def plot(plt, path: str, model_dir: str, sweeps, rows) -> None:
-    """Tokens and maximum concurrency against the first swept argument, a line per value of the others."""
+def plot(plt, path: str, model_dir: str, sweeps, rows):
+    """Tokens and maximum concurrency against the first swept argument, a line per value of the others;
+    saved to ``path``, the figure returned open."""
     (x_name, x_values), others = sweeps[0], sweeps[1:]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for rest in itertools.product(*(values for _, values in others)) or [()]:
@@ -151,4 +152,4 @@ def plot(plt, path: str, model_dir: str, sweeps, rows) -> None:
     fig.suptitle(f"plan --sweep: {Path(model_dir).name} (vLLM's planner; refused combinations not drawn)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

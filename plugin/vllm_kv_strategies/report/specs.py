@@ -156,3 +156,11 @@ def group_capacity(vllm_config: Any, kv_cache_config: Any, groups: list[dict]) -
                 described["blocks_per_request"] = -(-spec.max_memory_usage_bytes(vllm_config) // spec.page_size_bytes)
             except Exception:  # a spec vLLM cannot size here: not known
                 pass
+
+
+def budget_bytes(vllm_config: Any) -> int | None:
+    """The KV cache budget per worker vLLM's planner sized ``num_blocks`` from, where the
+    config says it: ``cache_config.kv_cache_memory_bytes`` (``--kv-cache-memory-bytes``; vLLM's
+    CPU platform sets it from ``VLLM_CPU_KVCACHE_SPACE``); else None (a measured budget)."""
+    value = getattr(getattr(vllm_config, "cache_config", None), "kv_cache_memory_bytes", None)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None

@@ -29,7 +29,7 @@ from vllm_kv_strategies.versions import Versions
 from vllm_kv_strategies.report.files import run_id, write_report  # noqa: F401  (the writer's names: report.write_report)
 from vllm_kv_strategies.report.schema import MARKER, SCHEMA_VERSION, iso, utc_now
 from vllm_kv_strategies.report.addressed import Span, overlap, span
-from vllm_kv_strategies.report.specs import capacity, describe_groups, dtype_name, group_capacity, own_spec, spec_kind
+from vllm_kv_strategies.report.specs import budget_bytes, capacity, describe_groups, dtype_name, group_capacity, own_spec, spec_kind
 from vllm_kv_strategies.report.summary import BUILT_BY, KVCacheSummary
 
 #: Data pointers are reported aligned to at most this (2 MiB, the KV transfer need).
@@ -252,6 +252,7 @@ def build_report(
             "num_blocks": config.num_blocks,
             "tensors": [{"size": t.size, "layers": tensor_layers(t)} for t in config.kv_cache_tensors],
             "groups": groups,
+            "budget_bytes": budget_bytes(vllm_config),
         },
         "totals": summary.totals(),
         "layers": layers,

@@ -73,6 +73,7 @@ class Side:
     not_planned: bool = False
     tokens: int | None = None
     max_concurrency: float | None = None
+    memory_map: dict | None = None  #: the first worker's KV cache as built, for plan --plot (:mod:`.plan_map`)
 
     @property
     def num_blocks(self) -> int | None:
@@ -265,6 +266,9 @@ def plan_side(name: str, vllm_config, budget_for: Callable[[Any, int], Budget], 
                                      "the KV cache of this speculative configuration is not planned here)")
         else:
             side.allocated = [per_stage[w // tp] for w in range(len(workers))]
+            from vllm_kv_strategies.platforms.ascend.plan_map import side_map
+
+            side.memory_map = side_map(stages[0]["layers"], workers[0], budget.bytes, side.tokens, side.max_concurrency)
     return side, prediction
 
 
