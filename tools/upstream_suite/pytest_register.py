@@ -4,6 +4,9 @@ Loaded by ``tools/upstream_suite/run.py`` into a run of vllm-ascend's ``tests/ut
 ``tests/v1/worker`` taken from the release's source distribution. It does two things, both
 before any test module is imported:
 
+* with ``KV_SUITE_NPU_STANDIN=1``, stands in for the NPU runtime as ``plan`` does
+  (``vllm_kv_strategies.platforms.ascend.npu_standin``): vllm-ascend 0.11 - 0.18's test
+  ``conftest.py`` imports ``torch_npu`` before it mocks anything;
 * stands in (``vllm_kv_strategies.deploy.standins.stand_in``) for the modules named in
   ``KV_SUITE_STAND_IN`` (comma-separated) that cannot be imported in the cell's environment
   (torchvision: transformers' Qwen2-VL processors import it, and vllm-ascend's worker patches
@@ -24,8 +27,13 @@ import os
 ENTRY_POINT = "kv_strategies"
 
 
+# Before the suite's conftest.py files import anything.
+if os.environ.get("KV_SUITE_NPU_STANDIN") == "1":  # suites whose conftest.py imports torch_npu unmocked (0.11 - 0.18)
+    from vllm_kv_strategies.platforms.ascend.npu_standin import install
+
+    install()
 _STAND_IN = [name for name in os.environ.get("KV_SUITE_STAND_IN", "").split(",") if name]
-if _STAND_IN:  # before the suite's conftest.py files import anything
+if _STAND_IN:
     from vllm_kv_strategies.deploy.standins import stand_in
 
     stand_in(*_STAND_IN)

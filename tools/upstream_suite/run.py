@@ -98,8 +98,18 @@ def fetch(name: str, suite: dict) -> Path:
     link = tree / suite["package"]
     if not link.is_symlink():
         link.symlink_to(Path(installed.submodule_search_locations[0]), target_is_directory=True)
+    if not _has_pytest_config(tree):  # else pytest would take this repository's, from a directory above
+        (tree / "pytest.ini").write_text("# tools/upstream_suite: the sdist has no pytest configuration.\n[pytest]\n")
     (tree / ".ready").touch()
     return tree
+
+
+def _has_pytest_config(tree: Path) -> bool:
+    """Whether the unpacked sdist configures pytest itself (pytest's own ini-file rules)."""
+    marks = {"pytest.ini": "", "pyproject.toml": "[tool.pytest.ini_options]", "tox.ini": "[pytest]",
+             "setup.cfg": "[tool:pytest]"}
+    return any((tree / name).is_file() and mark in (tree / name).read_text(errors="replace")
+               for name, mark in marks.items())
 
 
 def select(tree: Path, suite: dict) -> list[str]:
@@ -117,7 +127,8 @@ def run_mode(name: str, suite: dict, tree: Path, files: list[str], mode: str) ->
     junit.unlink(missing_ok=True)
     # The hub offline: a test that needs a hub model fails at once (counted as such) instead of retrying.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **suite.get("env", {}), "KV_STRATEGIES": mode,
-           "KV_SUITE_STAND_IN": ",".join(suite.get("stand_in", []))}
+           "KV_SUITE_STAND_IN": ",".join(suite.get("stand_in", [])),
+           "KV_SUITE_NPU_STANDIN": "1" if suite.get("npu_standin") else "0"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     env.pop("KV_TEST_CELL", None)
     start = time.monotonic()
@@ -232,11 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", help="only this suite of suites.toml")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of off,auto,on (default: all)")
     parser.add_argument("--list", action="store_true", help="print the selected test files and exit")
+    parser.add_argument("--ci", action="store_true", help="only the suites CI runs (ci = true, the default)")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if bad := set(modes) - set(MODES):
         parser.error(f"unknown modes {sorted(bad)}: choose from {', '.join(MODES)}")
-    suites = load(args.cell, args.suite)
+    suites = [(n, s) for n, s in load(args.cell, args.suite) if s.get("ci", True) or not args.ci]
     if not suites:
         print(f"upstream-suite: no suite of {HERE / 'suites.toml'} runs in {args.cell}", file=sys.stderr)
         return 2
