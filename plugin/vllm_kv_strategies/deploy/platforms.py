@@ -52,7 +52,22 @@ def planned_kind(device: str | None) -> str | None:
 
 
 def installed_kind(platform) -> str:
+    if platform.is_unspecified():
+        return "no platform"
     return "npu" if platform.device_type == "npu" else ("rocm" if platform.is_rocm() else platform.device_type)
+
+
+#: The one line for no ``--device`` where vLLM finds no platform (a CUDA build on a machine without a GPU).
+NO_PLATFORM = ("vLLM {version} finds no platform on this machine (a build for a device this machine lacks, e.g. "
+               "the CUDA wheel without a GPU): name the card to plan for with --device NAME (h100-80g, a100-80g, "
+               "mi300x, 910b-64g, ...; --help lists them), or set VLLM_TARGET_DEVICE=cpu for vLLM's CPU platform")
+
+
+def _host() -> Any:
+    """vLLM's CPU platform, for an Ascend card where neither vllm-ascend nor any other platform is installed."""
+    from vllm.platforms.cpu import CpuPlatform
+
+    return CpuPlatform()
 
 
 def _cuda(card) -> Any:
@@ -126,6 +141,10 @@ def use(device: str | None, npu: Any = None) -> str:
     import vllm.platforms
 
     installed = vllm.platforms.current_platform
+    if device is None and installed.is_unspecified():
+        from vllm_kv_strategies.deploy.errors import BadInput
+
+        raise BadInput(NO_PLATFORM.format(version=Versions.detect().vllm))
     if device is None:
         return (f"platform: {installed_kind(installed)} (vLLM's platform in this environment; name a card with "
                 "--device to plan for its platform)")
@@ -133,6 +152,12 @@ def use(device: str | None, npu: Any = None) -> str:
     if installed_kind(installed) == card.platform:
         return f"platform: {card.platform} (--device {device}: {card.what}; the platform installed here too)"
     new = _npu(card, npu) if card.platform == "npu" else {"cuda": _cuda, "rocm": _rocm}[card.platform](card)
+    if new is None and installed.is_unspecified():  # an Ascend card, and no platform at all: the host's CPU
+        _INSTALLED.append(installed)
+        _replace(installed, _host())
+        return (f"platform: cpu (--device {device} is an Ascend card, and neither vllm-ascend, its vLLM platform, nor "
+                "any other is installed here: planned on vLLM's CPU platform with the card's memory; install "
+                "vllm-ascend for its block sizes)")
     if new is None:  # an Ascend card where vllm-ascend, its platform, is not installed
         return (f"platform: {installed_kind(installed)} (--device {device} is an Ascend card, and vllm-ascend, its vLLM "
                 "platform, is not installed here: planned on this environment's platform with the card's memory; "
@@ -144,11 +169,12 @@ def use(device: str | None, npu: Any = None) -> str:
         lenient_ops(*OPS[card.platform])
         lenient_triton()
     _replace(installed, new)
+    here = "vLLM-platform-less" if installed.is_unspecified() else installed_kind(installed)
     capability = (f"compute capability {card.capability[0]}.{card.capability[1]}" if card.platform == "cuda"
                   else str(card.capability))
     return (f"platform: {card.platform} (--device {device}: {card.what}, {capability}), vLLM's "
             f"{type(new).__mro__[1 if card.platform == 'cuda' else 0].__name__} planned from this "
-            f"{installed_kind(installed)} machine: that platform's block sizes and attention backends")
+            f"{here} machine: that platform's block sizes and attention backends")
 
 
 _INSTALLED: list[Any] = []
