@@ -110,7 +110,7 @@ def vllm_planner(vllm_config, specs: list[dict]):
 
 @pytest.mark.parametrize("platform", ["h100-80g", "host"])
 @pytest.mark.parametrize("name", MODELS)
-def test_zoo_plans_as_vllm_plans(name, platform, tmp_path, capsys, monkeypatch):
+def test_zoo_plans_as_vllm_plans(name, platform, tmp_path, capfd, monkeypatch):
     directory, extra = ZOO[name]
     seen = []
     stock = predict.plan_budget
@@ -125,7 +125,7 @@ def test_zoo_plans_as_vllm_plans(name, platform, tmp_path, capsys, monkeypatch):
             "--json", str(out)] + (["--device", platform] if platform != "host" else [])
     with host_platform() if platform == "host" else contextlib.nullcontext():
         code = cli.run(argv)
-        printed = capsys.readouterr()
+        printed = capfd.readouterr()
         assert code == 0, printed.err[-3000:]
         (vllm_config, specs), = seen
         configs, tokens = vllm_planner(vllm_config, specs)
@@ -150,7 +150,7 @@ def test_zoo_plans_as_vllm_plans(name, platform, tmp_path, capsys, monkeypatch):
             f.write(json.dumps(row) + "\n")
 
 
-def test_no_platform_says_what_to_pass(capsys):
+def test_no_platform_says_what_to_pass(capfd):
     """Where vLLM finds no platform (its CUDA wheel on a machine without the card), plan without
     ``--device`` answers in one line; elsewhere the installed platform plans (the zoo's host leg)."""
     import vllm.platforms
@@ -158,10 +158,10 @@ def test_no_platform_says_what_to_pass(capsys):
     if not vllm.platforms.current_platform.is_unspecified():
         with host_platform():
             code = cli.run([str(CONFIGS / "gpt2"), "--kv-cache-memory-bytes", str(BUDGET), "--max-model-len", "1024"])
-        assert code == 0, capsys.readouterr().err[-2000:]
+        assert code == 0, capfd.readouterr().err[-2000:]
         return
     code = cli.run([str(CONFIGS / "gpt2"), "--kv-cache-memory-bytes", str(BUDGET)])
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("plan: error:")]
     assert code == 2 and len(lines) == 1, err
     assert "finds no platform on this machine" in lines[0] and "--device NAME" in lines[0]

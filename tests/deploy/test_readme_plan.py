@@ -22,13 +22,13 @@ def readme_plans() -> list[list[str]]:
     return [c[4:] for c in commands]
 
 
-def test_readme_plan_examples(tmp_path, capsys, monkeypatch):
+def test_readme_plan_examples(tmp_path, capfd, monkeypatch):
     monkeypatch.chdir(tmp_path)  # --json plan.json lands here
     exact, estimate, ascend = readme_plans()
     outputs = []
     for argv in (exact, estimate, ascend):
         code = cli.run([str(REPO / argv[0]), *argv[1:]])
-        out = capsys.readouterr().out
+        out = capfd.readouterr().out
         assert code == 0, out
         outputs.append(out)
     # "The first plans for an H100 80GB: 976,512 token slots per worker on vLLM 0.34 (15,258 blocks of the 64
