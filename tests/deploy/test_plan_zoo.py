@@ -2,8 +2,8 @@
 in-process), for an H100 80GB (``--device h100-80g``) and for the host's platform, each checked
 against vLLM's own planner called here directly.
 
-Each model is a directory under ``configs/`` holding only its ``config.json`` (the published
-configs' values; shapes of a public model of each kind): dense GPT-2, Llama-3.1-8B, Qwen3-14B;
+Each model is a directory under ``configs/`` holding only its ``config.json`` (written after the public
+models' configs; one model of each kind): dense GPT-2, Llama-3.1-8B, Qwen3-14B;
 MoE Qwen3-30B-A3B; the hybrid Qwen3-Next-80B-A3B (TP 4); gpt-oss-20b (sliding + full);
 Gemma-3-27B (5:1 sliding windows); MLA DeepSeek-V2-Lite and DeepSeek-V3 (TP 8); the Mamba-2 hybrid
 granite-4.0-h-tiny; multimodal Qwen3-VL-8B; Llama-3.1-8B with an EAGLE draft.
@@ -53,7 +53,7 @@ ZOO = {
     "qwen3-vl-8b": ("qwen3-vl-8b", []),
     "llama-3.1-8b+eagle": ("llama-3.1-8b", ["--speculative-config", EAGLE]),
 }
-#: CI's slice (each cell of upstream vLLM; about a minute): GPT-2's activation is a compiled op of
+#: CI's slice (every upstream cell; under a minute): GPT-2's activation is a compiled op of
 #: vLLM's missing where vLLM has no CPU build, the hybrid's pages are aligned, MLA is one latent.
 SLICE = ("gpt2", "qwen3-next-80b-a3b", "deepseek-v2-lite")
 MODELS = list(ZOO) if os.environ.get("KV_PLAN_ZOO") == "all" else list(SLICE)
