@@ -52,8 +52,12 @@ COMPILED = ("vllm._C", "vllm._C_stable_libtorch")
 def _stand_in_missing_ops(kind: str) -> None:
     """The platform planned is this machine's own: its operators stood in (:func:`.standins.lenient_ops`)
     only where none of vLLM's compiled extensions loads here (vLLM's CUDA wheel on a machine without
-    CUDA: vLLM 0.33 / 0.34 have no CPU build); where one loads, the real operators alone answer."""
+    CUDA: vLLM 0.33 / 0.34 have no CPU build); where one loads, the real operators alone answer. A platform
+    plugin's (vllm-ascend's: its own operators, torch_npu stood in) is left as it is."""
     import importlib
+
+    if kind not in OPS:
+        return
 
     from vllm_kv_strategies.deploy.standins import is_stand_in, lenient_ops
 
@@ -64,7 +68,7 @@ def _stand_in_missing_ops(kind: str) -> None:
         except ImportError:
             continue
 
-    lenient_ops(*OPS.get(kind, OPS["cpu"]))
+    lenient_ops(*OPS[kind])
 
 
 def planned_kind(device: str | None) -> str | None:
