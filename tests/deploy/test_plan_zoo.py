@@ -166,3 +166,23 @@ def test_no_platform_says_what_to_pass(capfd):
     assert code == 2 and len(lines) == 1, err
     assert "finds no platform on this machine" in lines[0] and "--device NAME" in lines[0]
     assert "VLLM_TARGET_DEVICE=cpu" in lines[0]
+
+
+def test_host_ops_stood_in_only_where_vllm_has_none(tmp_path):
+    """On the host's own platform, vLLM's operators are stood in exactly where none of its compiled
+    extensions loads (the CUDA wheel on this CPU machine), and named in the stand-ins line; where
+    one loads (vLLM's CPU build), only the real operators answer and none is stood in. A process
+    of its own, planning GPT-2 (its ``gelu_new`` is one of vLLM's compiled operators)."""
+    import subprocess
+    import sys
+
+    probe = "import importlib, sys\nfor name in sys.argv[1:]:\n    try:\n        importlib.import_module(name)\n" \
+            "        sys.exit(0)\n    except ImportError:\n        pass\nsys.exit(1)"
+    loads = subprocess.run([sys.executable, "-c", probe, *platforms.COMPILED], capture_output=True).returncode == 0
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_kv_strategies", "plan", str(CONFIGS / "gpt2"), "--kv-cache-memory-bytes", str(BUDGET)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note: stand-ins")]
+    assert any("torch.ops._C's missing operators" in line for line in notes) is not loads, proc.stdout
+    assert "KV cache size: 542,464 tokens" in proc.stdout  # 4,238 blocks of 128 on vLLM's CPU platform

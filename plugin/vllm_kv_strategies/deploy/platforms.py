@@ -20,7 +20,9 @@ The compiled kernels those platforms import at module level are stood in
 where this machine lacks them (:mod:`.standins`). ``import vllm`` resolves the
 platform once (its ``env_override`` asks for it); plan then replaces it in
 ``vllm.platforms`` and in every module that bound it (``from vllm.platforms
-import current_platform``) before anything is planned.
+import current_platform``) before anything is planned. Where vLLM finds no platform (its CUDA
+wheel on a machine without CUDA: 0.33 / 0.34 have no CPU build) a card must be named
+(:data:`NO_PLATFORM`), and the operators vLLM's compiled extensions would register are stood in.
 """
 
 from __future__ import annotations
@@ -56,18 +58,16 @@ def _stand_in_missing_ops(kind: str) -> None:
     plugin's (vllm-ascend's: its own operators, torch_npu stood in) is left as it is."""
     import importlib
 
-    if kind not in OPS:
-        return
-
     from vllm_kv_strategies.deploy.standins import is_stand_in, lenient_ops
 
+    if kind not in OPS:
+        return
     for name in COMPILED:
         try:
             if not is_stand_in(importlib.import_module(name)):
                 return
         except ImportError:
             continue
-
     lenient_ops(*OPS[kind])
 
 
@@ -200,12 +200,13 @@ def use(device: str | None, npu: Any = None) -> str:
         lenient_ops(*OPS[card.platform])
         lenient_triton()
     _replace(installed, new)
-    here = "vLLM-platform-less" if installed.is_unspecified() else installed_kind(installed)
+    here = ("machine (where vLLM finds no platform of its own)" if installed.is_unspecified()
+            else f"{installed_kind(installed)} machine")
     capability = (f"compute capability {card.capability[0]}.{card.capability[1]}" if card.platform == "cuda"
                   else str(card.capability))
     return (f"platform: {card.platform} (--device {device}: {card.what}, {capability}), vLLM's "
             f"{type(new).__mro__[1 if card.platform == 'cuda' else 0].__name__} planned from this "
-            f"{here} machine: that platform's block sizes and attention backends")
+            f"{here}: that platform's block sizes and attention backends")
 
 
 _INSTALLED: list[Any] = []
