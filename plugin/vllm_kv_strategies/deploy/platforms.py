@@ -20,7 +20,9 @@ The compiled kernels those platforms import at module level are stood in
 where this machine lacks them (:mod:`.standins`). ``import vllm`` resolves the
 platform once (its ``env_override`` asks for it); plan then replaces it in
 ``vllm.platforms`` and in every module that bound it (``from vllm.platforms
-import current_platform``) before anything is planned.
+import current_platform``) before anything is planned. Where vLLM finds no platform (its CUDA
+wheel on a machine without CUDA: 0.33 / 0.34 have no CPU build) a card must be named
+(:data:`NO_PLATFORM`), and the operators vLLM's compiled extensions would register are stood in.
 """
 
 from __future__ import annotations
@@ -43,7 +45,30 @@ KERNELS = {
 NODE_CARDS = 1 << 16
 
 #: The operator namespaces whose kernels a platform's layers look up when built.
-OPS = {"cuda": ("_C", "_C_cache_ops"), "rocm": ("_C", "_C_cache_ops", "_rocm_C")}
+OPS = {"cuda": ("_C", "_C_cache_ops", "_moe_C"), "rocm": ("_C", "_C_cache_ops", "_moe_C", "_rocm_C"),
+       "cpu": ("_C", "_C_cache_ops")}
+#: vLLM's compiled extensions, one of which registers ``torch.ops._C`` where they load.
+COMPILED = ("vllm._C", "vllm._C_stable_libtorch")
+
+
+def _stand_in_missing_ops(kind: str) -> None:
+    """The platform planned is this machine's own: its operators stood in (:func:`.standins.lenient_ops`)
+    only where none of vLLM's compiled extensions loads here (vLLM's CUDA wheel on a machine without
+    CUDA: vLLM 0.33 / 0.34 have no CPU build); where one loads, the real operators alone answer. A platform
+    plugin's (vllm-ascend's: its own operators, torch_npu stood in) is left as it is."""
+    import importlib
+
+    from vllm_kv_strategies.deploy.standins import is_stand_in, lenient_ops
+
+    if kind not in OPS:
+        return
+    for name in COMPILED:
+        try:
+            if not is_stand_in(importlib.import_module(name)):
+                return
+        except ImportError:
+            continue
+    lenient_ops(*OPS[kind])
 
 
 def planned_kind(device: str | None) -> str | None:
@@ -52,7 +77,22 @@ def planned_kind(device: str | None) -> str | None:
 
 
 def installed_kind(platform) -> str:
+    if platform.is_unspecified():
+        return "no platform"
     return "npu" if platform.device_type == "npu" else ("rocm" if platform.is_rocm() else platform.device_type)
+
+
+#: The one line for no ``--device`` where vLLM finds no platform (a CUDA build on a machine without a GPU).
+NO_PLATFORM = ("vLLM {version} finds no platform on this machine (a build for a device this machine lacks, e.g. "
+               "the CUDA wheel without a GPU): name the card to plan for with --device NAME (h100-80g, a100-80g, "
+               "mi300x, 910b-64g, ...; --help lists them), or set VLLM_TARGET_DEVICE=cpu for vLLM's CPU platform")
+
+
+def _host() -> Any:
+    """vLLM's CPU platform, for an Ascend card where neither vllm-ascend nor any other platform is installed."""
+    from vllm.platforms.cpu import CpuPlatform
+
+    return CpuPlatform()
 
 
 def _cuda(card) -> Any:
@@ -92,6 +132,10 @@ def _cuda(card) -> Any:
             return NODE_CARDS
 
         @classmethod
+        def current_device(cls) -> int:
+            return 0  # torch.cuda's asks for CUDA, which this torch may lack; a layer's tensors on it are on meta
+
+        @classmethod
         def num_compute_units(cls, device_id: int = 0) -> int:
             return 1  # sizes kernels' workspaces only (e.g. CUTLASS MLA's), never the KV cache
 
@@ -126,13 +170,25 @@ def use(device: str | None, npu: Any = None) -> str:
     import vllm.platforms
 
     installed = vllm.platforms.current_platform
+    if device is None and installed.is_unspecified():
+        from vllm_kv_strategies.deploy.errors import BadInput
+
+        raise BadInput(NO_PLATFORM.format(version=Versions.detect().vllm))
     if device is None:
+        _stand_in_missing_ops(installed_kind(installed))
         return (f"platform: {installed_kind(installed)} (vLLM's platform in this environment; name a card with "
                 "--device to plan for its platform)")
     card = DEVICES[device]
     if installed_kind(installed) == card.platform:
         return f"platform: {card.platform} (--device {device}: {card.what}; the platform installed here too)"
     new = _npu(card, npu) if card.platform == "npu" else {"cuda": _cuda, "rocm": _rocm}[card.platform](card)
+    if new is None and installed.is_unspecified():  # an Ascend card, and no platform at all: the host's CPU
+        _INSTALLED.append(installed)
+        _replace(installed, _host())
+        _stand_in_missing_ops("cpu")
+        return (f"platform: cpu (--device {device} is an Ascend card, and neither vllm-ascend, its vLLM platform, nor "
+                "any other is installed here: planned on vLLM's CPU platform with the card's memory; install "
+                "vllm-ascend for its block sizes)")
     if new is None:  # an Ascend card where vllm-ascend, its platform, is not installed
         return (f"platform: {installed_kind(installed)} (--device {device} is an Ascend card, and vllm-ascend, its vLLM "
                 "platform, is not installed here: planned on this environment's platform with the card's memory; "
@@ -144,11 +200,13 @@ def use(device: str | None, npu: Any = None) -> str:
         lenient_ops(*OPS[card.platform])
         lenient_triton()
     _replace(installed, new)
+    here = ("machine (where vLLM finds no platform of its own)" if installed.is_unspecified()
+            else f"{installed_kind(installed)} machine")
     capability = (f"compute capability {card.capability[0]}.{card.capability[1]}" if card.platform == "cuda"
                   else str(card.capability))
     return (f"platform: {card.platform} (--device {device}: {card.what}, {capability}), vLLM's "
             f"{type(new).__mro__[1 if card.platform == 'cuda' else 0].__name__} planned from this "
-            f"{installed_kind(installed)} machine: that platform's block sizes and attention backends")
+            f"{here}: that platform's block sizes and attention backends")
 
 
 _INSTALLED: list[Any] = []

@@ -17,6 +17,7 @@ import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import types
 from unittest.mock import MagicMock
@@ -123,13 +124,19 @@ def lenient_ops(*namespaces: str) -> None:
             _NAMES.append(f"torch.ops.{name}'s missing operators")
 
 
+#: vLLM's modules that probe ``torch.ops._C`` at import and register fake kernels for what they find.
+_PROBING = ("vllm._custom_ops", "vllm._cpu_ops")
+
+
 @contextlib.contextmanager
 def building():
     """The window of a model's build: the namespaces of :func:`lenient_ops` lenient."""
     import torch
 
-    if _LENIENT:  # its import registers fake kernels for the operators it finds (hasattr): before the window
-        importlib.import_module("vllm._custom_ops")
+    if _LENIENT:  # their imports register fake kernels for the operators they find (hasattr): before the window
+        for name in _PROBING:
+            if importlib.util.find_spec(name) is not None:
+                importlib.import_module(name)
     saved = {name: torch.ops.__dict__.get(name) for name in _LENIENT}
     for name in _LENIENT:
         torch.ops.__dict__[name] = _LenientOps(getattr(torch.ops, name))
