@@ -23,6 +23,7 @@ JUNIT = """<testsuites><testsuite>
 <testcase classname="tests.ut.worker.test_a.TestK" name="test_refused"/>
 <testcase classname="tests.ut.worker.test_a" name="test_npu"><failure message="ModuleNotFoundError: No module named 'torch_npu.op_plugin'">x</failure></testcase>
 <testcase classname="tests.ut.worker.test_a" name="test_hub"><skipped message="requires a hub model"/></testcase>
+<testcase classname="tests.ut.worker.test_a" name="test_teardown"><error message="failed on teardown with &quot;RuntimeError: Cannot access accelerator device when none is available.&quot;">x</error></testcase>
 </testsuite></testsuites>"""
 
 
@@ -43,8 +44,10 @@ def test_outcomes_read_from_junit(tmp_path):
         "tests.ut.worker.test_a.TestK::test_refused": ("passed", ""),
         "tests.ut.worker.test_a::test_npu": ("failed", "ModuleNotFoundError: No module named 'torch_npu.op_plugin'"),
         "tests.ut.worker.test_a::test_hub": ("skipped", "requires a hub model"),
+        "tests.ut.worker.test_a::test_teardown": (  # its body passed: compared as passed, counted apart
+            "passed", 'teardown: failed on teardown with "RuntimeError: Cannot access accelerator device when none is available."'),
     }
-    assert run.counts(off) == "4 collected, 2 passed, 1 failed (0 errors), 1 skipped"
+    assert run.counts(off) == "5 collected, 3 passed (1 of them erring in teardown), 1 failed (0 errors), 1 skipped"
 
 
 def test_auto_equal_to_off_passes_and_counts_what_tests_need(tmp_path, capsys):
@@ -52,6 +55,7 @@ def test_auto_equal_to_off_passes_and_counts_what_tests_need(tmp_path, capsys):
     assert run.report("s", {"dist": "d", "version": "1"}, {"off": off, "auto": auto}, {"off": 1, "auto": 1}) == 0
     out = capsys.readouterr().out
     assert "alike in every mode, failed: an NPU: 1" in out and "alike in every mode, skipped: a hub model: 1" in out
+    assert "alike in every mode, passed, erring in teardown: a GPU: 1" in out
     assert "auto vs off: 0 differ" in out
 
 
