@@ -55,10 +55,17 @@ def _progress(message: str) -> None:
 
 
 def load(cell: str, only: str | None) -> list[tuple[str, dict]]:
+    """The suites of ``suites.toml`` that run in ``cell`` (only the one named ``only``, where given),
+    each with its list of terms."""
     data = tomllib.loads((HERE / "suites.toml").read_text())
-    suites = [(name, {**suite, "terms": data["terms"].get(suite.get("terms"), [])})
-              for name, suite in data["suite"].items() if suite["cell"] == cell and only in (None, name)]
-    return suites
+    return [(name, {**suite, "terms": data["terms"].get(suite.get("terms"), [])})
+            for name, suite in data["suite"].items() if suite["cell"] == cell and only in (None, name)]
+
+
+def _archive(suite: dict) -> Path | None:
+    """The sdist pip saved (``vllm_ascend-0.30.0rc2.tar.gz``, ``vllm-0.32.0.tar.gz``), or None."""
+    names = {f"{dist}-{suite['version']}.tar.gz" for dist in (suite["dist"], suite["dist"].replace("-", "_"))}
+    return next((WORK / name for name in sorted(names) if (WORK / name).is_file()), None)
 
 
 def fetch(name: str, suite: dict) -> Path:
@@ -67,8 +74,7 @@ def fetch(name: str, suite: dict) -> Path:
     if (tree / ".ready").is_file():
         return tree
     WORK.mkdir(parents=True, exist_ok=True)
-    archive = next(WORK.glob(f"{suite['dist'].replace('-', '_')}-{suite['version']}.tar.gz"), None) or next(
-        WORK.glob(f"{suite['dist']}-{suite['version']}.tar.gz"), None)
+    archive = _archive(suite)
     if archive is None:
         _progress(f"fetching {suite['dist']}=={suite['version']}'s source distribution with pip")
         env = {**os.environ, **suite.get("build_env", {})}
@@ -81,8 +87,7 @@ def fetch(name: str, suite: dict) -> Path:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
                         "--no-build-isolation", "-d", str(WORK), f"{suite['dist']}=={suite['version']}"],
                        check=True, env=env)
-        archive = next(WORK.glob(f"{suite['dist'].replace('-', '_')}-{suite['version']}.tar.gz"), None) or next(
-            WORK.glob(f"{suite['dist']}-{suite['version']}.tar.gz"))
+        archive = _archive(suite)
     tree.mkdir(exist_ok=True)
     with tarfile.open(archive) as sdist:
         top = sdist.getnames()[0].split("/")[0]
