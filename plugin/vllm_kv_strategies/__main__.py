@@ -206,15 +206,17 @@ def _report(args: argparse.Namespace) -> int:
             return path, schema.load(path)
         ranks = schema.latest_per_rank(schema.load_dir(path))
         if len(ranks) != 1:
-            raise schema.ReportError(f"{path}: holds reports of {len(ranks)} ranks; name one file on each side to compare")
+            what = "to draw" if args.plot and len(args.paths) == 1 else "on each side to compare"
+            raise schema.ReportError(f"{path}: holds reports of {len(ranks)} ranks; name one rank's report file {what}")
         return next(iter(ranks.values()))
 
     try:
-        if args.plot:  # before anything is read: matplotlib installed, the file writable
+        if args.budget is not None and (not args.plot or args.budget <= 0):  # the map's width
+            raise schema.ReportError(f"--budget {args.budget}: a positive number of bytes, with --plot")
+        if args.plot:  # before anything is read: matplotlib installed, the file writable, its format known
             from vllm_kv_strategies.report import plot
 
             plot.check_target(args.plot)
-            plot.pyplot()
         plans = [p for p in args.paths if plan_file.is_plan(p)]
         if plans and (len(args.paths) != 2 or plans != args.paths[:1]):
             wrong = next((p for p in plans if p != args.paths[0]), plans[0]) if len(args.paths) == 2 else plans[0]
@@ -286,8 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "labelled A and B; a directory holding one rank stands for its newest report. DIR: every rank's newest "
         "report in DIR and the deployment's totals; exit 1 when a rank is missing or stock built it (a fallback, or "
         "observe on some ranks only). PLAN REPORT: a plan file (plan --json) against a run's report, exit 1 when "
-        "they differ. "
-        "Exit 2, with one line, when a path is not a readable report. Reads files only (no torch, no vLLM).",
+        "they differ. Exit 2, with one line, when a path is not a readable report. Reads files only (no torch, no vLLM).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="FILE, A B, or DIR")
     p.add_argument("--allow-different-models", action="store_true", help="compare reports of two different models")
@@ -301,8 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                        "(plan MODEL_DIR [vLLM engine arguments] [--json OUT]; plan --help for its options)")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["plan"]:  # its arguments are vLLM's engine arguments, parsed by vLLM's own parser
-        from vllm_kv_strategies.deploy.cli import run
-
+        from vllm_kv_strategies.deploy.cli import run  # noqa: I001
         return run(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "report" and len(args.paths) > 2:  # the report subcommand's usage, not the top level's

@@ -235,6 +235,9 @@ def test_report_compares_a_plan_with_a_run(tmp_path, capsys):
     assert not equal
     assert f"{'num_blocks':20} {rank['num_blocks']:>16,} {rank['num_blocks'] + 1:>16,}   DIFFERS" in text
     assert text.splitlines()[-1] == "the run does NOT match the plan"
+    report["totals"]["tokens"] = None  # a value one side does not know: "-", not a crash
+    text, _ = plan_file.compare(data, "plan.json", report, "run.json")
+    assert f"{'tokens (capacity)':20} {data['tokens']:>16,} {'-':>16}   DIFFERS" in text
     report["totals"]["rank"] = 3
     with pytest.raises(plan_file.ReportError, match=r"plan.json: the plan has no rank 3 \(ranks \[0\]\)"):
         plan_file.compare(data, "plan.json", report, "run.json")

@@ -127,3 +127,13 @@ def test_plot_to_an_unwritable_path_or_of_a_plan_is_one_line(reports, tmp_path):
     assert (shown.returncode, shown.stdout, shown.stderr) == (2, "", f"error: --plot {target}: cannot write a file there\n")
     shown = run_cli(reports["stock"], "--plot", tmp_path)
     assert (shown.returncode, shown.stdout, shown.stderr) == (2, "", f"error: --plot {tmp_path}: cannot write a file there\n")
+
+
+@pytest.mark.parametrize("args", [["--budget", "100"], ["--budget", "0", "--plot", "map.png"],
+                                  ["--budget", "-5", "--plot", "map.png"]])
+def test_a_budget_is_a_positive_number_of_bytes_with_plot(reports, tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    shown = run_cli(reports["stock"], *args)
+    assert (shown.returncode, shown.stdout) == (2, "")
+    assert shown.stderr == f"error: --budget {args[1]}: a positive number of bytes, with --plot\n"
+    assert not (tmp_path / "map.png").exists()

@@ -6,7 +6,8 @@ before any test module is imported:
 
 * with ``KV_SUITE_NPU_STANDIN=1``, stands in for the NPU runtime as ``plan`` does
   (``vllm_kv_strategies.platforms.ascend.npu_standin``): vllm-ascend 0.11 - 0.18's test
-  ``conftest.py`` imports ``torch_npu`` before it mocks anything;
+  ``conftest.py`` imports ``torch_npu`` before it mocks anything, and 0.23's mocks lack
+  submodules its worker imports (``torch_npu.op_plugin``); the suite's own mocks go on top;
 * stands in (``vllm_kv_strategies.deploy.standins.stand_in``) for the modules named in
   ``KV_SUITE_STAND_IN`` (comma-separated) that cannot be imported in the cell's environment
   (torchvision: transformers' Qwen2-VL processors import it, and vllm-ascend's worker patches
@@ -28,7 +29,7 @@ ENTRY_POINT = "kv_strategies"
 
 
 # Before the suite's conftest.py files import anything.
-if os.environ.get("KV_SUITE_NPU_STANDIN") == "1":  # suites whose conftest.py imports torch_npu unmocked (0.11 - 0.18)
+if os.environ.get("KV_SUITE_NPU_STANDIN") == "1":  # vllm-ascend 0.11 - 0.23's suites
     from vllm_kv_strategies.platforms.ascend.npu_standin import install
 
     install()

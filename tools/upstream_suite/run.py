@@ -257,14 +257,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", help="only this suite of suites.toml")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of off,auto,on (default: all)")
     parser.add_argument("--list", action="store_true", help="print the selected test files and exit")
-    parser.add_argument("--ci", action="store_true", help="only the suites CI runs (ci = true, the default)")
+    parser.add_argument("--ci", action="store_true", help="only the suites CI runs (those not marked ci = false)")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if bad := set(modes) - set(MODES):
         parser.error(f"unknown modes {sorted(bad)}: choose from {', '.join(MODES)}")
-    suites = [(n, s) for n, s in load(args.cell, args.suite) if s.get("ci", True) or not args.ci]
+    every = load(args.cell, args.suite)
+    suites = [(n, s) for n, s in every if s.get("ci", True) or not args.ci]
     if not suites:
-        print(f"upstream-suite: no suite of {HERE / 'suites.toml'} runs in {args.cell}", file=sys.stderr)
+        if every:  # --ci: the cell's suites are sessions only
+            print(f"upstream-suite: {args.cell}'s suites are not run in CI (ci = false); nothing to do", file=sys.stderr)
+            return 0
+        known = tomllib.loads((HERE / "suites.toml").read_text())["suite"]
+        print(f"upstream-suite: no suite{' ' + args.suite if args.suite else ''} runs in {args.cell}; the suites and their cells: "
+              + ", ".join(f"{name} ({suite['cell']})" for name, suite in known.items()), file=sys.stderr)
         return 2
     REPORTS.mkdir(parents=True, exist_ok=True)
     failed = 0

@@ -139,6 +139,8 @@ def _run(argv: list[str]) -> int:
     if not any(a.startswith("--help") for a in argv):
         known, _ = own_arguments(argparse.ArgumentParser(add_help=False, prog="python -m vllm_kv_strategies plan")).parse_known_args(argv)
         config, device = check_model_dir(known.model_dir), known.device
+    else:  # vLLM's engine options through its parser: on the platform --device names, where one is named
+        device = own_arguments(argparse.ArgumentParser(add_help=False)).parse_known_args(["-", *argv])[0].device
     from vllm_kv_strategies.deploy import platforms
     from vllm_kv_strategies.platforms.ascend import npu_standin
 
@@ -300,8 +302,11 @@ def budget_source(args):
                                           args.offload_gib, budget.online_quantization(vllm_config))
         memory = budget.device_memory(args.device, args.device_memory_gib)
         # vLLM 0.34 sizes the KV cache after warm-up on CUDA / ROCm unless told not to
+        from vllm.platforms import current_platform  # the planned platform: the card's, or the host's
+
         resizable = hasattr(cache, "resolved_gpu_memory_utilization") and getattr(
-            args, "enable_extensible_kv_cache", None) is not False and cache.num_gpu_blocks_override is None
+            args, "enable_extensible_kv_cache", None) is not False and cache.num_gpu_blocks_override is None and (
+            current_platform.is_cuda_alike())
         given = any(a.split("=")[0] in ("--gpu-memory-utilization", "--gpu_memory_utilization") for a in args.argv)
         return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib, resizable, given)
 

@@ -93,7 +93,8 @@ def compare(plan: dict, plan_path: str, report: dict, report_path: str) -> tuple
     rank = totals["rank"]
     ours = _rank_of(plan, rank, plan_path)
     kv_cache = report.get("kv_cache") or {}
-    slots = ours["num_blocks"] * min((g["block_size"] for g in ours["groups"]), default=0)
+    slots = None if ours["num_blocks"] is None else ours["num_blocks"] * min(
+        (g["block_size"] for g in ours["groups"]), default=0)
     rows: list[tuple[str, Any, Any]] = [
         ("num_blocks", ours["num_blocks"], totals["num_blocks"]),
         ("token slots", slots, totals.get("token_slots", slots)),
@@ -112,9 +113,11 @@ def compare(plan: dict, plan_path: str, report: dict, report_path: str) -> tuple
         "",
         f"{'':20} {'plan':>16} {'run':>16}",
     ]
+    def cell(value: Any) -> str:  # a value the plan or the report does not know is "-"
+        return "-" if value is None else format(value, ",")
+
     for name, a, b in rows:
-        lines.append(f"{name:20} {a if a is None else format(a, ','):>16} {b if b is None else format(b, ','):>16}"
-                     + ("" if a == b else "   DIFFERS"))
+        lines.append(f"{name:20} {cell(a):>16} {cell(b):>16}" + ("" if a == b else "   DIFFERS"))
     lines.append("")
     lines += [f"{name}: {'equal' if ok else 'DIFFER'}" for name, ok in same.items()]
     equal = all(a == b for _, a, b in rows) and all(same.values())

@@ -155,10 +155,18 @@ def label(report: dict, path: str, side: str | None = None) -> str:
 
 
 def check_target(path: str) -> None:
-    """:class:`ReportError` where ``path`` cannot be written (before anything is read)."""
+    """:class:`ReportError` where ``path`` cannot be written or names no image format matplotlib
+    writes (before anything is read; matplotlib must be importable)."""
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise ReportError(f"--plot {path}: cannot write a file there")
+    pyplot()  # matplotlib importable (one line and exit 2 otherwise)
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix not in formats:
+        raise ReportError(f"--plot {path}: name the image format by its suffix ({', '.join(sorted(formats))})")
 
 
 def plot_reports(items: list[tuple[str, dict]], out: str, budget: int | None = None) -> str:
@@ -167,6 +175,9 @@ def plot_reports(items: list[tuple[str, dict]], out: str, budget: int | None = N
 
     sides = ["A", "B"] if len(items) == 2 else [None]
     maps = [memory_map(report, label(report, path, side), budget) for side, (path, report) in zip(sides, items)]
-    fig = draw(maps, out, "KV cache memory map" + ("s: A above B, one scale" if len(maps) == 2 else ""))
+    try:
+        fig = draw(maps, out, "KV cache memory map" + ("s: A above B, one scale" if len(maps) == 2 else ""))
+    except OSError as exc:  # root passes os.access everywhere: /proc, a read-only mount
+        raise ReportError(f"--plot {out}: cannot write it: {exc.strerror or exc}") from exc
     pyplot().close(fig)
     return f"memory map{'s' if len(maps) == 2 else ''} written to {out}"
