@@ -76,8 +76,14 @@ def planned_kind(device: str | None) -> str | None:
     return DEVICES[device].platform if device in DEVICES else None
 
 
+def no_platform(platform) -> bool:
+    """vLLM found no platform: unspecified and of no device (vllm-ascend 0.11's NPU platform also
+    answers ``is_unspecified()``, with its device type ``npu``)."""
+    return platform.is_unspecified() and not getattr(platform, "device_type", "")
+
+
 def installed_kind(platform) -> str:
-    if platform.is_unspecified():
+    if no_platform(platform):
         return "no platform"
     return "npu" if platform.device_type == "npu" else ("rocm" if platform.is_rocm() else platform.device_type)
 
@@ -170,7 +176,7 @@ def use(device: str | None, npu: Any = None) -> str:
     import vllm.platforms
 
     installed = vllm.platforms.current_platform
-    if device is None and installed.is_unspecified():
+    if device is None and no_platform(installed):
         from vllm_kv_strategies.deploy.errors import BadInput
 
         raise BadInput(NO_PLATFORM.format(version=Versions.detect().vllm))
@@ -182,7 +188,7 @@ def use(device: str | None, npu: Any = None) -> str:
     if installed_kind(installed) == card.platform:
         return f"platform: {card.platform} (--device {device}: {card.what}; the platform installed here too)"
     new = _npu(card, npu) if card.platform == "npu" else {"cuda": _cuda, "rocm": _rocm}[card.platform](card)
-    if new is None and installed.is_unspecified():  # an Ascend card, and no platform at all: the host's CPU
+    if new is None and no_platform(installed):  # an Ascend card, and no platform at all: the host's CPU
         _INSTALLED.append(installed)
         _replace(installed, _host())
         _stand_in_missing_ops("cpu")
@@ -200,7 +206,7 @@ def use(device: str | None, npu: Any = None) -> str:
         lenient_ops(*OPS[card.platform])
         lenient_triton()
     _replace(installed, new)
-    here = ("machine (where vLLM finds no platform of its own)" if installed.is_unspecified()
+    here = ("machine (where vLLM finds no platform of its own)" if no_platform(installed)
             else f"{installed_kind(installed)} machine")
     capability = (f"compute capability {card.capability[0]}.{card.capability[1]}" if card.platform == "cuda"
                   else str(card.capability))
