@@ -104,15 +104,15 @@ def test_overlay_equals_stocks_own_overlay(model, transfer):
 
 
 @pytest.mark.parametrize("model,scale", [("gpt-oss-like", 0.5), ("gemma-3-like", 1 / 6)])
-def test_budget_left_unscaled_only_where_the_plugin_builds_the_overlay(model, scale, patched_runner, caplog):
+def test_budget_left_unscaled_only_where_the_plugin_builds_the_overlay(model, scale, patched_runner, kv_log):
     mk = MODELS[model]()
     budget = 1 << 30
     runner = mk.make_runner(model_type="gpt_oss")
     assert stock_scale()(worker_of(mk, runner), budget) == int(budget * scale)
-    with caplog.at_level(logging.INFO):
-        assert MultiGroupBudgetAdapter().scale(stock_scale(), worker_of(mk, runner), budget) == budget
+    # the plugin's own records (kv_log): an earlier test's vLLM logging set-up may stop them reaching the root
+    assert MultiGroupBudgetAdapter().scale(stock_scale(), worker_of(mk, runner), budget) == budget
     assert vars(runner)[OVERLAY_BUDGET] is True
-    assert f"stock scales it by {scale:.4f}" in caplog.text
+    assert any(f"stock scales it by {scale:.4f}" in r.getMessage() for r in kv_log.records)
     # the build that follows is the overlay: one backing of the config's size
     ours = build(mk, runner)
     assert list(storages(ours).values()) == [mk.kv_cache_config.kv_cache_tensors[0].size]
