@@ -23,9 +23,10 @@ Env:  E2E_VLLM_MULTIPROCESSING=0|1 (default 1: EngineCore + worker processes as
 
 The upstream-0.32.0 cell (noxfile.py) runs every e2e test. The upstream-0.30.0 and
 upstream-0.31.0 cells run ``test_on_equals_off`` and ``test_plugin_fault_is_detected``
-(three models each) with ``E2E_VLLM_MULTIPROCESSING=0``: the plugin's own result, and
-that a shared cache changes the output, are checked on every release; the harness
-self-check (no plugin code) and vLLM's multi-process layout are checked on 0.32.
+with ``E2E_VLLM_MULTIPROCESSING=0`` on one model each (``E2E_KINDS``, in turn), and
+``tools/nox.sh -s e2e-upstream-0.30.0`` (0.31.0) all of it on the three: the plugin's
+own result, and that a shared cache changes the output, are checked on every release;
+the harness self-check (no plugin code) and vLLM's multi-process layout on 0.32.
 """
 
 from __future__ import annotations
