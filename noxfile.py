@@ -86,6 +86,11 @@ DISTRIBUTED_E2E = "tests/e2e/test_e2e_pp_dp.py"
 #: (matplotlib) in ascend-0.30.0 and upstream-0.32.0, so that the pictures are drawn and read back there.
 EXTRAS = ("plot",)
 
+# The cells install without byte-compiling (pip's --no-compile, see _install): Python then compiles a
+# module the first time a test imports it and keeps the .pyc, unless PYTHONDONTWRITEBYTECODE forbids it,
+# and every fresh interpreter a test starts (doctor, plan, vLLM's workers) would compile vLLM and torch
+# again (doctor 25-30 s instead of 5). The sessions write the bytecode of what they import.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 nox.options.reuse_venv = "yes"
 nox.options.sessions = []  # filled below: every cell, not the demo
 
