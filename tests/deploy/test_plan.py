@@ -97,14 +97,15 @@ def test_refusal_in_vllms_words(tmp_path, capsys):
     assert data["refusal"].startswith("To serve at least one request") and data["num_blocks"] is None
 
 
-@pytest.mark.parametrize("case", ["no-dir", "no-config", "remote-code", "unknown-arch", "bad-value", "no-budget",
-                                  "negative-budget", "negative-memory"])
+@pytest.mark.parametrize("case", ["no-dir", "no-config", "remote-code", "unknown-arch", "empty-archs", "bad-value",
+                                  "no-budget", "negative-budget", "negative-memory"])
 def test_bad_input_one_line_exit_2(tmp_path, capsys, case):
     directory = llama(tmp_path)
     argv = [directory, "--kv-cache-memory-bytes", 2**26]
     expected = {
         "no-dir": "no such directory", "no-config": "has no config.json", "remote-code": "needs remote code",
         "unknown-arch": "architecture NoSuchForCausalLM is not one this vLLM knows",
+        "empty-archs": 'has no "architectures"',  # not transformers' default class for the model_type
         "bad-value": "invalid argument: argument --tensor-parallel-size/-tp: invalid int value: 'two'",
         "no-budget": "--kv-cache-memory-bytes",
         "negative-budget": "--kv-cache-memory-bytes -5: must be positive",
@@ -122,6 +123,8 @@ def test_bad_input_one_line_exit_2(tmp_path, capsys, case):
         argv = [directory, "--device-memory-gib", -3]
     elif case == "unknown-arch":
         llama(tmp_path, architectures=["NoSuchForCausalLM"])
+    elif case == "empty-archs":
+        llama(tmp_path, architectures=[])
     elif case == "bad-value":
         argv += ["--tensor-parallel-size", "two"]
     else:

@@ -118,3 +118,14 @@ def test_estimate_per_stage_subtracts_each_stages_weights(tmp_path, capsys):
     assert stage1["limits"] and stage1["blocks_alone"] <= stage0["blocks_alone"]
     code, out, err, _ = plan(capsys, llama(tmp_path), "--stage-budgets", "1000000", "--pipeline-parallel-size", 2)
     assert code == 2 and err.splitlines()[-1] == "plan: error: --stage-budgets 1000000: 1 budgets for 2 pipeline stages"
+
+
+def test_a_long_refusal_of_vllms_is_given_whole(tmp_path, capsys):
+    """vLLM's ValueError for a max model len beyond the model's runs past 400 characters: the one
+    line carries it to its end (it was cut at 400, mid-word, before the advice on RoPE)."""
+    code, out, err, _ = plan(capsys, llama(tmp_path), "--kv-cache-memory-bytes", 2**26, "--max-model-len", 4_000_000)
+    lines = [line for line in err.splitlines() if line.startswith("plan: error:")]
+    assert code == 2 and len(lines) == 1 and out == "", err
+    assert "User-specified max_model_len (4000000) is greater than the derived max_model_len" in lines[0]
+    assert "positions exceeding derived_max_model_len will cause a CUDA array out-of-bounds error." in lines[0]
+    assert len(lines[0]) > 400 and not lines[0].endswith(" [...]")

@@ -34,3 +34,11 @@ def test_a_given_utilisation_is_used_and_named():
     b = budget.estimate(MEMORY, 0.9, WEIGHTS, 2.0, resizable=True)
     assert b.bytes == int(80 * GIB * 0.9) - 33 * GIB
     assert b.terms[1] == ("utilisation", 900, "--gpu-memory-utilization 0.9")
+
+
+def test_on_rocm_the_margin_floor_is_3_gib():
+    """vLLM 0.34's ``KV_CACHE_MARGIN_FLOOR_BYTES`` is 3 GiB where the platform is ROCm (an MI300X planned)."""
+    b = budget.estimate(MEMORY, None, WEIGHTS, 2.0, resizable=True, rocm=True)
+    assert b.bytes == 80 * GIB - 30 * GIB - 2 * GIB - 3 * GIB
+    assert b.terms[-1][:2] == ("margin", 3 * GIB)
+    assert "resizable KV cache (vLLM 0.34, ROCm): vLLM keeps max(3 GiB," in b.terms[-1][2]

@@ -139,17 +139,18 @@ def checkpoint_bytes(model_dir: str) -> int | None:
 
 
 #: vLLM 0.34's resizable KV cache (sized after warm-up): the least it keeps free beyond the
-#: KV cache, ``KV_CACHE_MARGIN_FLOOR_BYTES`` of ``vllm/v1/worker/extensible_kv_cache.py`` on CUDA
-#: (3 GiB on ROCm); the margin is the larger of it and 0.75 x the transient peak measured at warm-up.
-RESIZABLE_MARGIN_FLOOR = GIB
+#: KV cache, ``KV_CACHE_MARGIN_FLOOR_BYTES`` of ``vllm/v1/worker/extensible_kv_cache.py``: 1 GiB on
+#: CUDA, 3 GiB on ROCm; the margin is the larger of it and 0.75 x the transient peak measured at warm-up.
+RESIZABLE_MARGIN_FLOOR, ROCM_RESIZABLE_MARGIN_FLOOR = GIB, 3 * GIB
 #: vLLM 0.34's ``gpu_memory_utilization`` when none is given (``CacheConfig.resolved_gpu_memory_utilization``).
 RESIZABLE_UTILISATION, FIXED_UTILISATION = 1.0, 0.92
 
 
 def estimate(memory: tuple[int, str], utilisation: float | None, weights: tuple[int, str], overhead_gib: float,
-             resizable: bool = False, utilisation_given: bool = True) -> Budget:
+             resizable: bool = False, utilisation_given: bool = True, rocm: bool = False) -> Budget:
     """memory x utilisation - weights - overhead (see the module doc); for vLLM 0.34's resizable
-    KV cache (``resizable``) also - margin, and a utilisation of None is 0.34's default;
+    KV cache (``resizable``) also - margin (its floor: 3 GiB where the planned platform is ``rocm``,
+    else 1 GiB), and a utilisation of None is 0.34's default;
     ``utilisation_given``: whether ``--gpu-memory-utilization`` was passed (else the source says
     it is vLLM's default)."""
     total, source = memory
@@ -170,8 +171,9 @@ def estimate(memory: tuple[int, str], utilisation: float | None, weights: tuple[
         ("overhead", overhead, f"activations, graphs, runtime: not computed, assumed {overhead_gib:g} GiB (--overhead-gib)"),
     ]
     if resizable:
-        terms.append(("margin", RESIZABLE_MARGIN_FLOOR, "resizable KV cache (vLLM 0.34, CUDA): vLLM keeps max(1 GiB, "
-                      "0.75 x the transient peak it measures at warm-up) free; the floor, an estimate (3 GiB on ROCm)"))
+        floor, platform = (ROCM_RESIZABLE_MARGIN_FLOOR, "ROCm") if rocm else (RESIZABLE_MARGIN_FLOOR, "CUDA")
+        terms.append(("margin", floor, f"resizable KV cache (vLLM 0.34, {platform}): vLLM keeps max({floor // GIB} GiB, "
+                      "0.75 x the transient peak it measures at warm-up) free; the floor, an estimate"))
     budget = int(total * utilisation) - sum(value for name, value, _ in terms[2:])
     return Budget(budget, False, terms)
 

@@ -68,6 +68,15 @@ def _wrapped(exc: BaseException) -> BaseException:
     return inner if isinstance(inner, BaseException) else exc
 
 
+#: The most characters of another library's message that one error line carries (vLLM's lists of
+#: valid values and its attention backends' reasons run to 1,000-1,500).
+ONE_LINE_CHARS = 2000
+
+
 def _one_line(exc: BaseException | str) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip() and "errors.pydantic.dev" not in line]
-    return " ".join(lines)[:400]
+    line = " ".join(lines)
+    if len(line) <= ONE_LINE_CHARS:
+        return line
+    cut = line.rfind(" ", 0, ONE_LINE_CHARS - 6)
+    return line[: cut if cut > 0 else ONE_LINE_CHARS - 6] + " [...]"  # cut at a word, and said

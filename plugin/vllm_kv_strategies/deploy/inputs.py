@@ -31,7 +31,7 @@ def check_model_dir(path: str) -> dict:
     if not isinstance(config, dict):
         raise BadInput(f"{config_file}: holds a JSON {type(config).__name__}, not the object of a model's configuration")
     archs = config.get("architectures")
-    if archs is None:
+    if archs is None or archs == []:
         raise BadInput(f"{config_file}: has no \"architectures\" (the model's class, e.g. [\"LlamaForCausalLM\"]); "
                        "vLLM would otherwise take transformers' default for its model_type, not this model")
     if not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):

@@ -292,7 +292,8 @@ def config_without_triton(notes: list[str]):
 
     refuses = (not triton_utils.HAS_TRITON and current_platform.is_cpu()
                and current_platform.get_cpu_architecture() == CpuArchEnum.X86
-               and hasattr(current_platform, "uses_standalone_cpu_model_runner"))  # 0.34's CPU platform
+               # 0.34's CPU platform; asked of the class: an instance answers any name (Platform.__getattr__, a warning)
+               and hasattr(type(current_platform), "uses_standalone_cpu_model_runner"))
     if not refuses:
         yield
         return
