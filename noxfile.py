@@ -33,6 +33,7 @@ environment cannot be installed fails before any test runs.
     tools/nox.sh -s distributed                       # PP 2 / DP 2 end to end (not in CI)
     tools/nox.sh -s plan-e2e                          # plan against the engine: dense, hybrid, MLA, sliding + full (not in CI)
     tools/nox.sh -s plan-zoo                          # plan's whole zoo against vLLM's planner (not in CI)
+    tools/nox.sh -s startup-logs                      # plan's estimate against public startup logs, both weights (not in CI)
     tools/nox.sh -s docs                              # mkdocs build --strict of docs/ and the claims test (tests/docs)
 
 Environments are reused between runs and synchronised with their pins (what
@@ -399,6 +400,17 @@ def plan_zoo(session: nox.Session) -> None:
     _install(session, cell)
     session.run("python", "-m", "pytest", "tests/deploy/test_plan_zoo.py", "-p", "no:cacheprovider", "-q", *args,
                 env={"KV_PLAN_ZOO": "all", "VLLM_TARGET_DEVICE": None})
+
+
+@nox.session(name="startup-logs", default=False)
+def startup_logs(session: nox.Session) -> None:
+    """plan's estimated budget against the public startup logs of tests/deploy/startup_logs
+    (benchmarks/startup_logs.py, about 5 min): the table with the weights each log gives, then with the
+    weights plan computes for each model (the meta-built model of the newest CPU cell's vLLM), each
+    checked against what plan prints (``deploy/budget.py``); the cell's tests run the first only."""
+    _install(session, f"upstream-{RUNS_MODELS[0]}")
+    session.run("python", "benchmarks/startup_logs.py", "--check")
+    session.run("python", "benchmarks/startup_logs.py", "--plan-weights", "--check", *session.posargs)
 
 
 @nox.session(name="plan-e2e", default=False)

@@ -42,10 +42,12 @@ def test_readme_plan_examples(tmp_path, capfd, monkeypatch):
     assert (row[3], row[4]) == (f"{blocks:,}", f"{blocks * block:,}")
     assert f"KV cache size: {blocks * block:,} tokens" in outputs[0]
     # "the second estimates the budget from an A100 40GB's memory, term by term" (docs/plan.md shows the terms):
-    # 40 GiB x 0.92 - the rank's 17,639,424,000 bytes of weights - 2 GiB overhead (19,726,791,475 bytes), and
-    # where vLLM sizes its KV cache after warm-up (0.34's resizable cache) the 1 GiB margin it keeps free
-    margin = 2**30 if re.search(r"^  - margin +1,073,741,824 bytes", outputs[1], re.M) else 0
-    assert f"budget: ESTIMATE {19_726_791_475 - margin:,} bytes per worker" in outputs[1]
+    # 40 GiB x 0.92 - the rank's 17,639,424,000 bytes of weights - the overhead terms, and where vLLM sizes
+    # its KV cache after warm-up (0.34's resizable cache) the 1 GiB margin it keeps free: each term printed
+    subtracted = [int(v.replace(",", "")) for v in re.findall(r"^  - \S+(?: \S+)? +([\d,]+) bytes", outputs[1], re.M)]
+    assert subtracted[0] == 17_639_424_000 and len(subtracted) >= 4  # weights, activations, runtime, cuda graphs
+    assert re.search(r"^  - activations +[\d,]+ bytes .* profile_run's peak", outputs[1], re.M)
+    assert f"budget: ESTIMATE {int(40 * 2**30 * 0.92) - sum(subtracted):,} bytes per worker" in outputs[1]
     assert "--device a100-40g: NVIDIA A100 40GB" in outputs[1]
     # the third writes its plan file
     assert json.loads((tmp_path / "plan.json").read_text())["kind"] == "plan"

@@ -12,7 +12,7 @@ WEIGHTS = (30 * GIB, "weights")
 
 
 def test_resizable_default_utilisation_and_margin_are_terms_of_the_estimate():
-    b = budget.estimate(MEMORY, None, WEIGHTS, 2.0, resizable=True)
+    b = budget.estimate(MEMORY, None, WEIGHTS, budget.given_overhead(2.0), resizable=True)
     assert b.bytes == 80 * GIB - 30 * GIB - 2 * GIB - GIB
     assert not b.exact
     assert [(n, v) for n, v, _ in b.terms] == [
@@ -25,20 +25,20 @@ def test_resizable_default_utilisation_and_margin_are_terms_of_the_estimate():
 
 
 def test_without_the_resizable_cache_the_default_is_0_92_and_no_margin():
-    b = budget.estimate(MEMORY, None, WEIGHTS, 2.0, resizable=False)
+    b = budget.estimate(MEMORY, None, WEIGHTS, budget.given_overhead(2.0), resizable=False)
     assert b.bytes == int(80 * GIB * 0.92) - 32 * GIB
     assert [n for n, _, _ in b.terms] == ["device memory", "utilisation", "weights", "overhead"]
 
 
 def test_a_given_utilisation_is_used_and_named():
-    b = budget.estimate(MEMORY, 0.9, WEIGHTS, 2.0, resizable=True)
+    b = budget.estimate(MEMORY, 0.9, WEIGHTS, budget.given_overhead(2.0), resizable=True)
     assert b.bytes == int(80 * GIB * 0.9) - 33 * GIB
     assert b.terms[1] == ("utilisation", 900, "--gpu-memory-utilization 0.9")
 
 
 def test_on_rocm_the_margin_floor_is_3_gib():
     """vLLM 0.34's ``KV_CACHE_MARGIN_FLOOR_BYTES`` is 3 GiB where the platform is ROCm (an MI300X planned)."""
-    b = budget.estimate(MEMORY, None, WEIGHTS, 2.0, resizable=True, rocm=True)
+    b = budget.estimate(MEMORY, None, WEIGHTS, budget.given_overhead(2.0), resizable=True, rocm=True)
     assert b.bytes == 80 * GIB - 30 * GIB - 2 * GIB - 3 * GIB
     assert b.terms[-1][:2] == ("margin", 3 * GIB)
     assert "resizable KV cache (vLLM 0.34, ROCm): vLLM keeps max(3 GiB," in b.terms[-1][2]

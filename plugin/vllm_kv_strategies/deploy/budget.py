@@ -11,10 +11,11 @@ otherwise an estimate, every term shown:
   directory has one, else the bytes of the parameters of the model built on
   the meta device for this rank (numel x element size of each, as vLLM would
   create them, quantised dtypes included);
-* overhead: activations at ``--max-num-batched-tokens``, CUDA / ACL graphs,
-  the runtime's own memory. vLLM measures these by profiling a forward pass;
-  plan does not run one and subtracts a stated constant (``--overhead-gib``,
-  default :data:`DEFAULT_OVERHEAD_GIB`);
+* overhead: what vLLM measures by profiling a forward pass, computed term by
+  term for the model and the engine arguments (:mod:`.overhead`: the activation
+  peak at ``--max-num-batched-tokens`` or the sampler's, the runtime's own
+  memory, CUDA graphs where vLLM subtracts them), or one constant given with
+  ``--overhead-gib``;
 * margin (vLLM 0.34's resizable KV cache, sized after warm-up): the floor of
   what vLLM keeps free (:data:`RESIZABLE_MARGIN_FLOOR`); the utilisation a user
   does not give is then 0.34's default for that mode.
@@ -27,7 +28,15 @@ import json
 from pathlib import Path
 
 GIB = 2**30
+#: The constant plan subtracted for the whole overhead before it computed the terms (the
+#: benchmark's "before" column, benchmarks/startup_logs.py).
 DEFAULT_OVERHEAD_GIB = 2.0
+#: How far the estimate was from public startup logs' "Available KV cache memory", as (logs, median,
+#: worst |estimate - logged| / logged), benchmarks/startup_logs.py: with the weights plan computes
+#: (``--plan-weights``; the startup-logs nox session checks it) and with the weights each log gives
+#: (tests/deploy/test_startup_logs.py checks it).
+PLAN_WEIGHTS = (49, 0.003, 0.1)
+LOGGED_WEIGHTS = (49, 0.003, 0.1)
 
 @dataclasses.dataclass(frozen=True)
 class Card:
@@ -103,6 +112,11 @@ class Budget:
             sign = "  " if i == 0 else ("x " if name == "utilisation" else "- ")
             shown = f"{value / 1000:.3f}" if name == "utilisation" else f"{value:,} bytes ({value / GIB:.2f} GiB)"
             out.append(f"  {sign}{name:13} {shown:32} {source}")
+        if any(name == "activations" for name, _, _ in self.terms):
+            (logs, median, worst), (n, m, w) = PLAN_WEIGHTS, LOGGED_WEIGHTS
+            out.append(f"  (computed terms: against {logs} public startup logs this estimate was off by {median:.1%} "
+                       f"in the median, {worst:.1%} at worst; {m:.1%} and {w:.1%} over {n} with the weights they "
+                       "logged: docs/plan.md)")
         out.append("  (pass --kv-cache-memory-bytes for the exact plan of a known budget)")
         return out
 
@@ -146,16 +160,21 @@ RESIZABLE_MARGIN_FLOOR, ROCM_RESIZABLE_MARGIN_FLOOR = GIB, 3 * GIB
 RESIZABLE_UTILISATION, FIXED_UTILISATION = 1.0, 0.92
 
 
-def estimate(memory: tuple[int, str], utilisation: float | None, weights: tuple[int, str], overhead_gib: float,
-             resizable: bool = False, utilisation_given: bool = True, rocm: bool = False) -> Budget:
-    """memory x utilisation - weights - overhead (see the module doc); for vLLM 0.34's resizable
-    KV cache (``resizable``) also - margin (its floor: 3 GiB where the planned platform is ``rocm``,
-    else 1 GiB), and a utilisation of None is 0.34's default;
+def given_overhead(overhead_gib: float) -> list[tuple[str, int, str]]:
+    """The overhead as one term, ``--overhead-gib`` as given."""
+    return [("overhead", int(overhead_gib * GIB), f"--overhead-gib {overhead_gib:g}: activations, graphs, runtime as given")]
+
+
+def estimate(memory: tuple[int, str], utilisation: float | None, weights: tuple[int, str],
+             overhead: list[tuple[str, int, str]], resizable: bool = False, utilisation_given: bool = True,
+             rocm: bool = False) -> Budget:
+    """memory x utilisation - weights - each overhead term ((name, bytes, source):
+    :func:`.overhead.terms`, or :func:`given_overhead`) (see the module doc); for vLLM 0.34's
+    resizable KV cache (``resizable``) also - margin (its floor: 3 GiB where the planned platform
+    is ``rocm``, else 1 GiB), and a utilisation of None is 0.34's default;
     ``utilisation_given``: whether ``--gpu-memory-utilization`` was passed (else the source says
     it is vLLM's default)."""
     total, source = memory
-    weight_bytes, weight_source = weights
-    overhead = int(overhead_gib * GIB)
     if utilisation is None:  # vLLM 0.34: None resolves by the sizing mode
         utilisation = RESIZABLE_UTILISATION if resizable else FIXED_UTILISATION
         given = (f"vLLM 0.34's default with{'' if resizable else 'out'} the resizable KV cache "
@@ -167,8 +186,8 @@ def estimate(memory: tuple[int, str], utilisation: float | None, weights: tuple[
     terms = [
         ("device memory", total, source),
         ("utilisation", round(utilisation * 1000), given),
-        ("weights", weight_bytes, weight_source),
-        ("overhead", overhead, f"activations, graphs, runtime: not computed, assumed {overhead_gib:g} GiB (--overhead-gib)"),
+        ("weights", *weights),
+        *overhead,
     ]
     if resizable:
         floor, platform = (ROCM_RESIZABLE_MARGIN_FLOOR, "ROCm") if rocm else (RESIZABLE_MARGIN_FLOOR, "CUDA")
@@ -188,21 +207,30 @@ def online_quantization(vllm_config) -> str | None:
     return str(model.quantization)
 
 
+#: Online ``--quantization`` methods that store the linear and expert weights at one byte each after
+#: loading (``Fp8LinearMethod`` / ``Fp8MoEMethod`` with a checkpoint not serialised in fp8): the
+#: meta-built model counts them so (:func:`.model.served_bytes`).
+ONE_BYTE_ONLINE = ("fp8",)
+
+
 def weights_per_rank(model_dir: str, ranks: int, meta_bytes: int, offload_gib: float = 0.0,
                      online: str | None = None) -> tuple[int, str]:
     """(bytes, source): the checkpoint index's total over the ranks, else the
     meta-built rank's parameters; less ``--cpu-offload-gb`` (``offload_gib``:
     vLLM's UVA offload holds up to that many GiB of each GPU's weights in CPU
     memory, ``maybe_offload_to_cpu``), never below zero. ``online``: the
-    method of :func:`online_quantization`, which the source names: the bytes
-    are the weights as loaded, before vLLM quantizes them, so the estimate of
-    the KV cache is low."""
+    method of :func:`online_quantization`, which the source names: for
+    :data:`ONE_BYTE_ONLINE`, the meta-built rank's bytes as served (the
+    checkpoint index holds them as loaded); for another, the weights as
+    loaded, before vLLM quantizes them, so the estimate of the KV cache is low."""
     total = checkpoint_bytes(model_dir)
-    if total is not None:
+    if total is not None and online not in ONE_BYTE_ONLINE:
         weights, source = total // ranks, f"model.safetensors.index.json total_size {total:,} / {ranks} ranks"
     else:
         weights, source = meta_bytes, "parameters of the meta-built model on this rank (numel x dtype size)"
-    if online:
+    if online in ONE_BYTE_ONLINE:
+        source += f", as served: --quantization {online} stores the linear and expert weights at one byte after loading"
+    elif online:
         source += (f", as loaded: --quantization {online} quantizes them after loading, so the served "
                    "weights are smaller and this budget is low")
     if offload_gib:

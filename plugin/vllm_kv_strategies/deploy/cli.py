@@ -45,7 +45,7 @@ def _progress(message: str) -> None:
 
 
 def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from vllm_kv_strategies.deploy.budget import DEFAULT_OVERHEAD_GIB, DEVICES
+    from vllm_kv_strategies.deploy.budget import DEVICES
 
     group = parser.add_argument_group("plan", "this command's own options (the others are vLLM's engine arguments)")
     group.add_argument("model_dir", metavar="MODEL_DIR", help="a local model directory with a config.json")
@@ -63,8 +63,9 @@ def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                        "the swept values; on vllm-ascend without --sweep: the stock and plugin sides' KV cache memory "
                        "maps (needs matplotlib: pip install 'vllm-kv-strategies[plot]')")
     group.add_argument("--device-memory-gib", type=float, metavar="GIB", help="estimate the budget for a device of GIB GiB")
-    group.add_argument("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, metavar="GIB",
-                       help="what the estimate subtracts for activations, graphs and the runtime (not computed)")
+    group.add_argument("--overhead-gib", type=float, metavar="GIB",
+                       help="what the estimate subtracts for activations, graphs and the runtime, as one figure "
+                       "(default: computed for the model and the engine arguments, each term shown)")
     return parser
 
 
@@ -289,7 +290,7 @@ def budget_source(args):
     ``kv_cache_memory_bytes`` (``--kv-cache-memory-bytes``, or the platform's:
     vLLM's CPU platform sets it from ``VLLM_CPU_KVCACHE_SPACE``), else an
     estimate for ``--device`` / ``--device-memory-gib``."""
-    from vllm_kv_strategies.deploy import budget
+    from vllm_kv_strategies.deploy import budget, overhead
 
     def source(vllm_config, meta_bytes: int):
         cache = vllm_config.cache_config
@@ -308,7 +309,7 @@ def budget_source(args):
             args, "enable_extensible_kv_cache", None) is not False and cache.num_gpu_blocks_override is None and (
             current_platform.is_cuda_alike())
         given = any(a.split("=")[0] in ("--gpu-memory-utilization", "--gpu_memory_utilization") for a in args.argv)
-        return budget.estimate(memory, cache.gpu_memory_utilization, weights, args.overhead_gib, resizable, given,
-                               rocm=current_platform.is_rocm())
+        return budget.estimate(memory, cache.gpu_memory_utilization, weights, overhead.for_plan(vllm_config, args.overhead_gib, args.model_dir),
+                               resizable, given, rocm=current_platform.is_rocm())
 
     return source

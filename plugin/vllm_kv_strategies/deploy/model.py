@@ -261,7 +261,24 @@ def build_stage(vllm_config, pp_rank: int, collect=collect_specs) -> tuple[dict[
         update_block_size(vllm_config)
         specs, shared = collect(vllm_config)
     models = model if isinstance(model, list) else [model]
-    params = [p for m in models for p in m.parameters()]
     layers = dict(forward_context)
     forward_context.clear()
-    return specs, shared, sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params), layers
+    return specs, shared, sum(p.numel() for m in models for p in m.parameters()), served_bytes(models, vllm_config), layers
+
+
+def served_bytes(models, vllm_config) -> int:
+    """The bytes of the models' parameters as served: numel x element size, except that with an
+    online ``--quantization`` of :data:`~.budget.ONE_BYTE_ONLINE` the weights of the layers vLLM
+    gave that method's quantisation (their ``quant_method`` is ``Fp8LinearMethod``,
+    ``Fp8MoEMethod``, ...) count one byte each: vLLM builds them in the model's dtype and
+    quantizes them after loading (``process_weights_after_loading``)."""
+    from vllm_kv_strategies.deploy.budget import ONE_BYTE_ONLINE, online_quantization
+
+    total = sum(p.numel() * p.element_size() for m in models for p in m.parameters())
+    method = online_quantization(vllm_config)
+    if method not in ONE_BYTE_ONLINE:
+        return total
+    quantized = [p for m in models for module in m.modules()
+                 if type(getattr(module, "quant_method", None)).__name__.lower().startswith(method)
+                 for name, p in module.named_parameters(recurse=False) if name.endswith("weight") and p.dim() >= 2]
+    return total - sum(p.numel() * (p.element_size() - 1) for p in quantized)

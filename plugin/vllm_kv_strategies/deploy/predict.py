@@ -71,13 +71,17 @@ class Prediction:
 
 
 def engine_config(engine_args, notes: list[str] | None = None):
-    """``engine_args.create_engine_config()`` with vLLM's model inspection in this process (and,
-    on vLLM 0.34's CPU platform without triton-cpu, past its Triton check, said in ``notes``:
+    """``engine_args.create_engine_config()`` as ``vllm serve`` calls it (its usage context, so
+    that ``max_num_batched_tokens`` / ``max_num_seqs`` take the server's defaults for the card),
+    with vLLM's model inspection in this process (and, on vLLM 0.34's CPU platform without
+    triton-cpu, past its Triton check, said in ``notes``:
     :func:`~vllm_kv_strategies.deploy.platforms.config_without_triton`)."""
+    from vllm.usage.usage_lib import UsageContext
+
     from vllm_kv_strategies.deploy.platforms import config_without_triton
 
     with deploy_model.inspect_models_in_process(), config_without_triton(notes if notes is not None else []):
-        return engine_args.create_engine_config()
+        return engine_args.create_engine_config(UsageContext.OPENAI_API_SERVER)
 
 
 def worker_specs(vllm_config, progress=None, collect=deploy_model.collect_specs) -> tuple[list[dict], list[dict], list[int], list[int]]:
