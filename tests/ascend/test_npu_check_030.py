@@ -71,7 +71,7 @@ def test_dry_run_fails_with_the_test_fault(tmp_path):
     assert "with KV_STRATEGIES_TEST_FAULT=share_group_cache" in text
 
 
-def _run(kv_bytes: int, in_use: int | None, tokens: int, *, plugin: bool) -> dict:
+def _run(kv_bytes: int, in_use: int | None, tokens: int, *, plugin: bool, budget: int | None = 8 * GIB) -> dict:
     worker = {"kv_bytes": kv_bytes, "kv_storages": 1, "num_blocks": kv_bytes // (64 << 10), "block_size": 128,
               "runner": "NPUModelRunner",
               "npu": None if in_use is None else {"free": 60 * GIB - in_use, "total": 60 * GIB, "in_use": in_use}}
@@ -82,7 +82,7 @@ def _run(kv_bytes: int, in_use: int | None, tokens: int, *, plugin: bool) -> dic
     if plugin:
         log += "kv_strategies: rank 0: built 4 layers\n"
         reports = [{"totals": {"bytes_allocated": kv_bytes, "num_blocks": kv_bytes // (64 << 10), "token_slots": tokens},
-                    "kv_cache": {"budget_bytes": 8 * GIB}, "built_by": "plugin"}]
+                    "kv_cache": {"budget_bytes": budget}, "built_by": "plugin"}]
     return {"rc": 0, "log": log, "out": out, "reports": reports}
 
 
@@ -102,3 +102,16 @@ def test_npu_memory_in_use_follows_the_kv_cache_bytes():
     fewer = verdict.judge(off, _run(4 * GIB, 10 * GIB, 99_999, plugin=True))
     assert fewer["status"] == "FAILED"
     assert (False, "vLLM's KV cache tokens: plugin 99999 >= stock 100000 (gain 1.0)") in fewer["checks"]
+
+
+def test_more_bytes_than_stock_must_stay_within_vllms_share_of_the_npu():
+    """0.30's multi-group overlay allocates the budget stock scales down; where the report records no
+    budget (vLLM measured it), the memory in use must stay within 0.9 of the device."""
+    off = _run(4 * GIB, 10 * GIB, 100_000, plugin=False)
+    overlay = verdict.judge(off, _run(8 * GIB, 14 * GIB, 200_000, plugin=True, budget=None))
+    assert overlay["status"] == "passed"
+    assert overlay["checks"][-3] == (True, "KV cache bytes: plugin 8,589,934,592 > stock 4,294,967,296, NPU memory in use "
+                                           "15,032,385,536 <= 0.9 x total 64,424,509,440 = 57,982,058,496")
+    beyond = verdict.judge(off, _run(48 * GIB, 55 * GIB, 1_200_000, plugin=True, budget=None), mem_tol=8 * GIB)
+    assert beyond["status"] == "FAILED"
+    assert beyond["checks"][-3][0] is False
