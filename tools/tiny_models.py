@@ -1,6 +1,6 @@
 """Build tiny, deterministic, *non-degenerate* checkpoints for vLLM CPU tests.
 
-    python tools/tiny_models.py KIND OUT_DIR        # KIND: llama | qwen3_next | deepseek_v2 | gemma3
+    python tools/tiny_models.py KIND OUT_DIR        # KIND: llama | qwen3_next | deepseek_v2 | gemma3 | deepseek_v32
 
 Why not ``--load-format dummy``: dummy weights are so small that every next-token
 distribution is nearly uniform, so a wrong KV cache changes neither tokens nor
@@ -25,6 +25,11 @@ Shapes follow what vLLM 0.32's CPU kernels accept:
                  ``--disable-hybrid-kv-cache-manager`` it merges them into one
                  group whose spec carries the window (the report still labels
                  each layer by its own).
+  * deepseek_v32: deepseek_v2's MLA plus DeepSeek-V3.2's sparse attention
+                 indexer (index_topk 64, 4 indexer heads of 128, q_lora_rank 64):
+                 sparse MLA. Needs a transformers with ``DeepseekV32Config``
+                 (5.x); vLLM's CPU build cannot run it (no sparse MLA backend),
+                 tools/npu_check.py runs it on an NPU.
 All MLPs are dense (no MoE): the KV cache is what these models exercise.
 
 A quantised KV cache is a serving option, not a checkpoint: any kind served
@@ -45,7 +50,7 @@ import sys
 import time
 from pathlib import Path
 
-KINDS = ("llama", "qwen3_next", "deepseek_v2", "gemma3")
+KINDS = ("llama", "qwen3_next", "deepseek_v2", "gemma3", "deepseek_v32")
 SEED = 1234
 INIT_RANGE = 0.2
 TOKENIZER_VOCAB = 512  # target; the real size is whatever the trainer reaches
@@ -190,6 +195,17 @@ def _config(kind: str, vocab_size: int, eos_id: int, pad_id: int):
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
             architectures=["DeepseekV2ForCausalLM"],
             **common,
+        )
+    if kind == "deepseek_v32":
+        from transformers import DeepseekV32Config
+
+        return DeepseekV32Config(
+            hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=2, kv_lora_rank=512, q_lora_rank=64, qk_rope_head_dim=64,
+            qk_nope_head_dim=128, v_head_dim=128, index_topk=64, index_head_dim=128, index_n_heads=4,
+            first_k_dense_replace=2, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+            moe_intermediate_size=64, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            architectures=["DeepseekV32ForCausalLM"], **common,
         )
     if kind == "gemma3":
         from transformers import Gemma3TextConfig

@@ -114,7 +114,9 @@ def _install_harness_fault(spec: str) -> None:
     GPUModelRunner.initialize_kv_cache_tensors = wrapped
 
 
-def main(argv=None) -> int:
+def main(argv=None, after_init=None) -> int:
+    """``after_init(llm) -> dict``, where given, runs once the engine is up (its KV cache built)
+    and its dict goes into the JSON as ``probe`` (tools/npu_check_run.py measures the KV cache)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model_dir")
     ap.add_argument("out_json")
@@ -170,6 +172,7 @@ def main(argv=None) -> int:
                              ("distributed_executor_backend", args.distributed_executor_backend)) if v is not None},
     )
     t_init = time.perf_counter() - t1
+    probe = after_init(llm) if after_init is not None else None
 
     sp = SamplingParams(
         temperature=0.0,
@@ -218,6 +221,7 @@ def main(argv=None) -> int:
             "generate": round(t_gen, 2),
         },
         "results": results,
+        **({"probe": probe} if probe is not None else {}),
     }
     with open(args.out_json, "w") as f:
         json.dump(doc, f, indent=1)

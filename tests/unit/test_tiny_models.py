@@ -29,3 +29,15 @@ def test_the_quantised_kv_example_is_printed(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"serve it with a quantised (fp8) KV cache: python -m vllm.entrypoints.openai.api_server --model {tmp_path} "
         "--kv-cache-dtype fp8 --enforce-eager")
+
+
+def test_deepseek_v32_is_mla_with_the_sparse_indexer():
+    """tools/npu_check.sh's sparse MLA model: DeepSeek-V3.2's indexer over deepseek_v2's MLA shapes."""
+    if not hasattr(__import__("transformers"), "DeepseekV32Config"):
+        pytest.skip("the cell's transformers has no DeepseekV32Config (transformers 5 has it)")
+    cfg = tiny_models._config("deepseek_v32", vocab_size=300, eos_id=0, pad_id=1)
+    assert cfg.architectures == ["DeepseekV32ForCausalLM"]
+    assert (cfg.num_hidden_layers, cfg.first_k_dense_replace, cfg.kv_lora_rank, cfg.q_lora_rank) == (2, 2, 512, 64)
+    assert (cfg.qk_rope_head_dim, cfg.qk_nope_head_dim, cfg.v_head_dim) == (64, 128, 128)
+    assert (cfg.index_topk, cfg.index_n_heads, cfg.index_head_dim) == (64, 4, 128)
+    assert "deepseek_v32" in tiny_models.KINDS

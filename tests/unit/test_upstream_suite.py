@@ -101,3 +101,25 @@ def test_every_suite_names_a_cell_and_its_listed_refusals_say_why():
 def test_the_selection_is_the_suites(cell):
     assert [name for name, _ in run.load(cell, None)] == {
         "ascend-0.30.0": ["vllm-ascend-0_30_0rc2"], "upstream-0.34.0": ["vllm-0_34_0"]}[cell]
+
+
+def test_the_harness_leaves_dropped_zmq_contexts_to_the_process_exit():
+    """vllm-ascend 0.18's hang: the garbage collector's ``Context.__del__`` -> ``term()`` waited for a
+    socket a test's thread still blocked in; under ``-p pytest_register`` it no longer terminates a
+    dropped context (pyzmq's own closes it), and ``SIGUSR1`` prints every thread's stack."""
+    import subprocess
+
+    pytest.importorskip("zmq")
+    code = (
+        "import signal, sys, zmq\n"
+        "ctx = zmq.Context(); ctx.socket(zmq.ROUTER); ctx.__del__(); print('pyzmq', ctx.closed)\n"
+        f"sys.path.insert(0, {str(ROOT / 'tools' / 'upstream_suite')!r}); import pytest_register\n"
+        "ctx = zmq.Context(); sock = ctx.socket(zmq.ROUTER); ctx.__del__(); print('harness', ctx.closed, sock.closed)\n"
+        "signal.raise_signal(signal.SIGUSR1)\n"
+        "ctx.destroy(linger=0); print('destroy', ctx.closed)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"KV_SUITE_NPU_STANDIN": "0", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["pyzmq True", "harness False False", "destroy True"]
+    assert "Current thread" in done.stderr and "File \"<string>\", line 5 in <module>" in done.stderr

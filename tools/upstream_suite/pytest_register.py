@@ -17,16 +17,46 @@ before any test module is imported:
   plugin loader does (``entry_point.load()()``), so that ``KV_STRATEGIES`` (``off``, ``auto``,
   ``on``) decides what is patched, exactly as in a served vLLM process.
 
+* leaves to the process's exit a zmq context a test dropped without closing it: the garbage
+  collector no longer terminates it (pyzmq's ``Context.__del__`` -> ``destroy()`` -> ``term()``).
+  vllm-ascend 0.18's Mooncake connector tests leave a sending thread blocked in ``recv`` on a
+  socket of such a context; ``term()`` waits for that socket, so the first garbage collection
+  after it (in a later test, or pytest's own at the end) waited forever, in every mode alike. A
+  test's outcome does not depend on it: an unclosed context only stays open until the process
+  exits, as its sockets do.
+
+A run that hangs can be read: ``SIGUSR1`` makes this process print every thread's stack to stderr
+(``faulthandler.register``); ``run.py`` sends it before it kills a run past the suite's ``timeout_s``.
+
 The plugin's decision is written to ``KV_SUITE_DECISION`` (a file) so the run can show it.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.metadata
 import os
+import signal
 
 ENTRY_POINT = "kv_strategies"
 
+
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
+def _zmq_contexts_left_to_exit() -> None:
+    try:
+        import zmq
+    except ImportError:  # a cell without pyzmq: no zmq context to terminate
+        return
+
+    def __del__(self):  # noqa: N807  (pyzmq's would terminate it: see the module's docstring)
+        pass
+
+    zmq.Context.__del__ = __del__
+
+
+_zmq_contexts_left_to_exit()
 
 # Before the suite's conftest.py files import anything.
 if os.environ.get("KV_SUITE_NPU_STANDIN") == "1":  # vllm-ascend 0.11 - 0.23's suites

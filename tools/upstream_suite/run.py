@@ -28,6 +28,7 @@ import argparse
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -137,13 +138,18 @@ def run_mode(name: str, suite: dict, tree: Path, files: list[str], mode: str) ->
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     env.pop("KV_TEST_CELL", None)
     start = time.monotonic()
+    pytest = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "pytest_register", "-p", "no:cacheprovider", "-q",
+                               "--no-header", "-rN", "--continue-on-collection-errors", f"--junitxml={junit}", *files],
+                              cwd=tree, env=env, stdout=subprocess.DEVNULL)
     try:
-        subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_register", "-p", "no:cacheprovider", "-q",
-                        "--no-header", "-rN", "--continue-on-collection-errors", f"--junitxml={junit}", *files],
-                       cwd=tree, env=env, stdout=subprocess.DEVNULL, check=False, timeout=suite.get("timeout_s", 1800))
+        pytest.wait(timeout=suite.get("timeout_s", 1800))
     except subprocess.TimeoutExpired:
+        pytest.send_signal(signal.SIGUSR1)  # pytest_register: every thread's stack on stderr
+        time.sleep(5)
+        pytest.kill()
+        pytest.wait()
         raise SystemExit(f"upstream-suite: {name} with KV_STRATEGIES={mode} did not finish in "
-                         f"{suite.get('timeout_s', 1800)} s (a test hangs: run it with -p pytest_register to see which)")
+                         f"{suite.get('timeout_s', 1800)} s: the stacks above show where it hangs")
     return junit, time.monotonic() - start
 
 
