@@ -59,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         logged, e = log.logged, log.engine()
         stated = e.vllm if e.vllm != published.NEWEST or published.NEWEST in log.data["release"] else "n/s"
         rows.append((log.name, f"{'vllm-ascend' if e.platform == 'npu' else 'vLLM'} {stated}", f"{e.platform} TP{e.tp} PP{e.pp}", logged / GIB, old / GIB,
-                     (old - logged) / logged, new / GIB, (new - logged) / logged, published.within(new - logged, logged)))
+                     (old - logged) / logged, new / GIB, (new - logged) / logged, published.within(new - logged, logged), log.data["source"]))
     if args.markdown:
         print("| log | release | parallel | logged GiB | 2 GiB constant | error | computed terms | error |")
         print("|---|---|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.2f} | {r[4]:.2f} | {r[5]:+.1%} | {r[6]:.2f} | {r[7]:+.1%} |")
+            print(f"| [{r[0]}]({r[9]}) | {r[1]} | {r[2]} | {r[3]:.2f} | {r[4]:.2f} | {r[5]:+.1%} | {r[6]:.2f} | {r[7]:+.1%} |")
     else:
         print(f"{'log':60} {'parallel':14} {'logged':>7} {'before':>7} {'err':>7} {'now':>7} {'err':>7}")
         for r in rows:

@@ -1,0 +1,78 @@
+"""The overhead terms of plan's estimate (``deploy/overhead.py``, ``deploy/shape.py``): the shapes read
+from published configs, the terms' arithmetic in bytes, and plan's budget for an H100 as the installed
+vLLM configures it (its capture sizes, its server defaults)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import published
+from vllm_kv_strategies.deploy import cli, overhead
+from vllm_kv_strategies.deploy.shape import Shape
+
+GIB = 2**30
+
+
+def test_shapes_of_published_configs():
+    llama = Shape.from_config(published.full_config("llama-3.1-8b"))
+    assert (llama.hidden, llama.intermediate, llama.layers, llama.heads, llama.kv_heads, llama.head_dim, llama.vocab,
+            llama.dtype_bytes, llama.experts, llama.mla, llama.linear, llama.encoder) == (
+        4096, 14336, 32, 32, 8, 128, 128256, 2, 0, None, 0, False)
+    v3 = Shape.from_config(published.full_config("deepseek-v3"))
+    assert (v3.experts, v3.topk, v3.moe_intermediate, v3.shared_intermediate, v3.mla) == (256, 8, 2048, 2048, (512, 128, 64, 128))
+    nxt = Shape.from_config(published.full_config("qwen3-next-80b-a3b"))
+    # gated delta net: q, k (16 x 128 each), v, z (32 x 128 each), b, a (32 each)
+    assert (nxt.linear, nxt.state, nxt.scan_heads, nxt.experts, nxt.topk) == (2 * 16 * 128 + 2 * 32 * 128 + 2 * 32, 128 * 128, 32, 512, 10)
+    gemma = Shape.from_config(published.full_config("gemma-3-27b-it"))
+    assert (gemma.hidden, gemma.layers, gemma.vocab, gemma.encoder) == (5376, 62, 262208, True)
+    v4 = Shape.from_config(published.full_config("deepseek-v4-flash"))
+    assert v4.streams == 4
+
+
+def test_a_config_without_a_dimension_is_named():
+    with pytest.raises(ValueError, match="config.json gives no num_attention_heads"):
+        Shape.from_config({"hidden_size": 8, "num_hidden_layers": 2, "vocab_size": 10})
+
+
+def test_the_terms_of_llama_8b_on_an_h100():
+    """8,192 batched tokens, 1,024 sequences (an H100's server defaults): the forward holds 5 x 8,192 x
+    4,096 residual-stream elements and 8,192 x 3 x 14,336 of the MLP, bf16; the sampler 1,024 x 128,256
+    logits at 15.4 bytes, the larger; 51 capture sizes (1, 2, 4, 8 ... 248, 256 ... 512) x 33 pieces
+    plus 51 full decode graphs."""
+    shape = Shape.from_config(published.full_config("llama-3.1-8b"))
+    sizes = overhead.capture_sizes(1024, 8192)
+    assert (len(sizes), sizes[:5], sizes[-2:]) == (51, [1, 2, 4, 8, 16], [496, 512])
+    engine = overhead.Engine("cuda", "0.32.0", max_num_batched_tokens=8192, max_num_seqs=1024,
+                             graphs=overhead.graph_count(sizes, 32, 1024), largest_graph=512)
+    assert engine.graphs == 51 * 33 + 51
+    assert overhead.forward_peak(shape, engine, 8192) == (5 * 8192 * 4096 + 8192 * 3 * 14336) * 2
+    assert overhead.sampler_peak(shape, engine) == (round(1024 * 128256 * 15.4), "flashinfer")
+    terms = {name: value for name, value, _ in overhead.terms(shape, engine)}
+    assert terms == {"activations": round(1024 * 128256 * 15.4), "runtime": round(0.25 * GIB),
+                     "cuda graphs": (5 * 512 * 4096 + 512 * 3 * 14336) * 2 + 1734 * round(0.42 * 2**20)}
+    eager = overhead.terms(shape, overhead.Engine("cuda", "0.32.0"))
+    assert eager[-1][:2] == ("cuda graphs", 0)
+    assert not any(name == "cuda graphs" for name, _, _ in overhead.terms(shape, overhead.Engine("npu", "0.30.0")))
+    old = overhead.Engine("npu", "0.13.0")
+    assert old.runtime[0] == GIB and "vllm-ascend < 0.18" in old.runtime[1]
+
+
+def test_plan_for_an_h100_computes_the_terms_from_vllms_config(tmp_path, capsys):
+    """plan with ``--device h100-80g``: the engine config vLLM makes for the card (the server's 8,192 tokens
+    and 1,024 sequences, its capture sizes) gives the terms above, and the budget subtracts each."""
+    model = tmp_path / "llama-3.1-8b"
+    model.mkdir()
+    (model / "config.json").write_text((published.CONFIGS / "llama-3.1-8b" / "config.json").read_text())
+    code = cli.run([str(model), "--device", "h100-80g", "--max-model-len", "8192", "--json", str(tmp_path / "p.json")])
+    out = capsys.readouterr().out
+    assert code == 0
+    data = json.loads((tmp_path / "p.json").read_text())
+    terms = {t["name"]: t for t in data["budget"]["terms"]}
+    assert terms["activations"]["value"] == round(1024 * 128256 * 15.4)
+    assert "the forward of 8,192 tokens" in terms["activations"]["source"]
+    assert terms["cuda graphs"]["source"].startswith("1,734 graphs, the largest of 512 tokens")
+    assert data["budget"]["bytes_per_worker"] == int(terms["device memory"]["value"] * 0.92) - sum(
+        t["value"] for name, t in terms.items() if name not in ("device memory", "utilisation"))
+    assert "max num seqs 1024" in out
