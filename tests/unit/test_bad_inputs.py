@@ -35,9 +35,13 @@ BUDGET = str(2**26)
 PLAN = [
     # the issue's: a negative decimal after a space crashed vLLM's parser or blamed the next argument
     ("gpu-util-negative", ["M", "--gpu-memory-utilization", "-0.5", "--device", "h100-80g"], 2,
-     "gpu_memory_utilization Input should be greater than 0"),
+     "--gpu-memory-utilization -0.5: the fraction of the device's memory vLLM may use, more than 0 and at most 1"),
     ("gpu-util-negative-last", ["M", "--device", "h100-80g", "--gpu-memory-utilization", "-0.5"], 2,
-     "gpu_memory_utilization Input should be greater than 0"),
+     "--gpu-memory-utilization -0.5: the fraction"),
+    ("gpu-util-nan", ["M", "--device", "h100-80g", "--gpu-memory-utilization", "nan"], 2,
+     "--gpu-memory-utilization nan: the fraction"),
+    ("gpu-util-word", ["M", "--device", "h100-80g", "--gpu-memory-utilization", "most"], 2,
+     "argument --gpu-memory-utilization/--device-memory-utilization: invalid float value: 'most'"),
     ("memory-negative", ["M", "--device-memory-gib", "-1.5"], 2, "--device-memory-gib -1.5: must be positive"),
     ("overhead-negative", ["M", "--overhead-gib", "-0.5", "--device", "h100-80g"], 2,
      "--overhead-gib -0.5: must be zero or more"),
@@ -106,7 +110,7 @@ PLAN = [
     ("max-model-len-beyond", ["M", "--kv-cache-memory-bytes", BUDGET, "--max-model-len", "100000000"], 2,
      "vLLM rejects the configuration"),
     ("gpu-util-above-one", ["M", "--device", "h100-80g", "--gpu-memory-utilization", "1.5"], 2,
-     "gpu_memory_utilization Input should be less than or equal to 1"),
+     "--gpu-memory-utilization 1.5: the fraction"),
     ("pp-beyond-layers", ["M", "--kv-cache-memory-bytes", BUDGET, "--pipeline-parallel-size", "10"], 2,
      "--pipeline-parallel-size 10: 2 of the 10 stages (0, 9) get none of the model's 8 layers"),
     ("sweep-without-values", ["M", "--kv-cache-memory-bytes", BUDGET, "--sweep", "tensor-parallel-size"], 2, "--sweep"),
@@ -271,3 +275,26 @@ def test_other_bad_input(monkeypatch, capsys, case, env, argv, code, fragment):
         assert out == ""
     else:  # doctor: the facts on stdout, its verdict last (not active), or the error that stops vLLM
         assert fragment in out, out
+
+
+def test_cheap_checks_come_before_vllm_s_import():
+    """The issue's inputs that need no vLLM are answered in a fresh interpreter without importing it."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom vllm_kv_strategies.deploy import cli\n"
+            "for argv in (['/nonexistent/m', '--gpu-memory-utilization', '-0.5'], ['.', '--device-memory-gib', '-1.5'],"
+            " ['.', '--overhead-gib', '-0.5', '--device', 'h100-80g'], ['.', '--kv-cache-memory-bytes', '1e30'],"
+            " ['--device', 'list']):\n"
+            "    print(cli.run(argv))\nprint('vllm' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    answers = [line for line in proc.stdout.splitlines() if line in ("0", "2", "True", "False")]  # not the card list
+    assert answers == ["2", "2", "2", "2", "0", "False"], proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [
+        "plan: error: --gpu-memory-utilization -0.5: the fraction of the device's memory vLLM may use, more than 0 "
+        "and at most 1",
+        "plan: error: --device-memory-gib -1.5: must be positive",
+        "plan: error: --overhead-gib -0.5: must be zero or more",
+        "plan: error: --kv-cache-memory-bytes 1e+30: more bytes than any card holds per worker (the largest plan knows: "
+        "mi300x, AMD Instinct MI300X 192GB, 206,136,955,371 bytes); a larger card: give its memory too "
+        "(--device-memory-gib GIB)"]

@@ -152,5 +152,9 @@ def check_before_vllm(known, argv: list[str]) -> dict:
     """plan's checks that need no vLLM, on its own options (``known``) and the plain numbers given to
     vLLM's ``--kv-cache-memory-bytes``: outputs, numbers, the model directory; its ``config.json``."""
     known.kv_cache_memory_bytes = plain_number(raw_value(argv, "--kv-cache-memory-bytes"))
+    utilisation = plain_number(raw_value(argv, "--gpu-memory-utilization"))
+    if utilisation is not None and not 0 < utilisation <= 1:  # vLLM's CacheConfig: gt=0, le=1
+        raise BadInput(f"--gpu-memory-utilization {utilisation}: the fraction of the device's memory vLLM may use, "
+                       "more than 0 and at most 1")
     check_outputs(known)
     return check_model_dir(known.model_dir)
