@@ -87,7 +87,7 @@ def check_switch(mode: str) -> str | None:
         logging.ERROR,
         "%s this process (pid %d on %s) runs with KV_STRATEGIES=%s, but the process that started this vLLM "
         "deployment runs with KV_STRATEGIES=%s (KV_STRATEGIES_DRIVER_MODE): this process follows its own. "
-        "Set KV_STRATEGIES alike on every node, or only where vLLM starts (README: Multi-node / Ray).",
+        "Set KV_STRATEGIES alike on every node, or only where vLLM starts (docs/using.md: Multi-node and Ray).",
         PREFIX,
         os.getpid(),
         socket.gethostname(),

@@ -47,7 +47,7 @@ environment_variables: dict[str, Callable[[], Any]] = {
     # Set by the plugin, not by you: the effective KV_STRATEGIES of the first
     # vLLM process of a deployment (vllm serve / LLM(...)), inherited by the
     # processes it starts and copied to Ray workers. A process whose own
-    # switch differs logs an error naming both (see README, Multi-node / Ray).
+    # switch differs logs an error naming both (see docs/using.md, Multi-node and Ray).
     "KV_STRATEGIES_DRIVER_MODE": lambda: os.getenv("KV_STRATEGIES_DRIVER_MODE", "").strip().lower(),
     # Test only. "share_group_cache" binds the second layer of the first KV
     # cache group with two or more layers to the first layer's cache, a fault

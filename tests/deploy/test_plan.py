@@ -208,13 +208,22 @@ def test_help_names_the_budget_options(capsys):
         cli.run(["--help"])
     out = capsys.readouterr().out
     assert exit_.value.code == 0
-    assert out.startswith("usage: python -m vllm_kv_strategies plan MODEL_DIR [vLLM engine arguments]")
+    assert out.startswith("usage: vllm-kv-strategies plan MODEL_DIR [vLLM engine arguments] [--kv-cache-memory-bytes N] "
+                          "[--device NAME | --device list] [--device-memory-gib GIB] [--overhead-gib GIB] "
+                          "[--stage-budgets N0,N1,...] [--sweep ARG=V1,V2,...] [--plot FILE.png] [--json OUT] "
+                          "[--quiet | --verbose]\n")
     assert "--help=plan: this command's own" in out
+    assert "\nexamples:\n  vllm-kv-strategies plan ./Llama-3.1-8B --kv-cache-memory-bytes 20G " in out
     with pytest.raises(SystemExit):
         cli.run(["--help=plan"])
     own = capsys.readouterr().out
-    assert own.startswith("plan:\n  this command's own options") and "--kv-cache-memory-bytes" not in own
-    assert "h100-80g: NVIDIA H100 80GB, cuda, 79.11 GiB" in " ".join(own.split())
+    assert own.startswith("plan:\n  this command's own options") and "\n  --kv-cache-memory-bytes" not in own
+    assert "--device list: their memory and its source" in " ".join(own.split())
+    assert cli.run(["--device", "list"]) == 0  # the cards, without importing vLLM's parser
+    cards = capsys.readouterr().out.splitlines()
+    assert cards[0] == "NAME           GiB platform card; source of the memory figure"
+    assert ('h100-80g     79.11 cuda     NVIDIA H100 80GB; torch: "GPU 0 has a total capacity of 79.11 GiB" '
+            "(vllm-project/vllm#27508)") in cards and len(cards) == 1 + 15
 
 
 def test_report_compares_a_plan_with_a_run(tmp_path, capsys):

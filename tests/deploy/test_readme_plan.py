@@ -16,10 +16,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def readme_plans() -> list[list[str]]:
     text = (REPO / "README.md").read_text()
-    [block] = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "vllm_kv_strategies plan" in b]
+    [block] = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "vllm-kv-strategies plan" in b]
     commands = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines() if line.strip()]
-    assert all(c[:4] == ["python", "-m", "vllm_kv_strategies", "plan"] for c in commands), commands
-    return [c[4:] for c in commands]
+    assert all(c[:2] == ["vllm-kv-strategies", "plan"] for c in commands), commands
+    return [c[2:] for c in commands]
 
 
 def test_readme_plan_examples(tmp_path, capfd, monkeypatch):

@@ -246,7 +246,8 @@ def table_problems(docs: dict[str, str], descriptions: dict[str, str]) -> list[s
 
 def commands(docs: dict[str, str]) -> dict[tuple[str, ...], str]:
     """The repository's commands shown in bash blocks, as the argument list to add ``--help`` to
-    (``("bash", "tools/demo.sh")``, ``("python", "-m", "vllm_kv_strategies", "plan")``,
+    (``("bash", "tools/demo.sh")``, ``("python", "-m", "vllm_kv_strategies", "plan")``, also for the
+    console script ``vllm-kv-strategies plan`` (the same function, :mod:`vllm_kv_strategies.__main__`),
     ``(".nox/ascend-0-30-0/bin/python", "benchmarks/ascend_memory.py")``): {command: where shown}."""
     found: dict[tuple[str, ...], str] = {}
     for name, text in docs.items():
@@ -268,6 +269,8 @@ def commands(docs: dict[str, str]) -> dict[tuple[str, ...], str]:
                     found.setdefault(("bash", rest[0]), name)
                 elif head.startswith("tools/") and head.endswith(".sh"):
                     found.setdefault(("bash", head), name)
+                elif head == "vllm-kv-strategies" and rest and not rest[0].startswith("-"):  # the console script
+                    found.setdefault(("python", "-m", "vllm_kv_strategies", rest[0]), name)
                 elif head in ("python", "python3") or re.fullmatch(r"\.nox/[\w-]+/bin/python", head):
                     if rest[:2] == ["-m", "vllm_kv_strategies"] and len(rest) > 2:
                         found.setdefault((head, "-m", "vllm_kv_strategies", rest[2]), name)

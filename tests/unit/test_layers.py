@@ -32,7 +32,7 @@ LAYERS = {
     "__main__": 9,
 }
 PLATFORM_BASE = {"adapter", "targets", "fingerprint", "install"}
-DEPLOY_FRONT = {"cli", "sweep", "render"}
+DEPLOY_FRONT = {"cli", "sweep", "render", "doctor"}
 #: Units whose modules import no platform's own package (vllm-ascend, torch_npu); the plugin's
 #: platform packages they never import either (checked by layer).
 PLATFORM_FREE = ("core",)

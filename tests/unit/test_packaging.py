@@ -3,6 +3,7 @@ need, the wheel the report schema and the licence."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -76,3 +77,37 @@ def test_no_developer_machine_paths_in_the_sources():
     found = [f for f in sorted(source_files()) if not f.endswith((".whl", ".gz"))
              and local.search((ROOT / f).read_text(errors="replace"))]
     assert not found, f"paths of a developer's machine in: {found}"
+
+
+#: The command line's console script, as pyproject.toml declares it.
+SCRIPT = ("vllm-kv-strategies", "vllm_kv_strategies.__main__:cli")
+
+
+def test_the_command_is_declared_and_is_python_m_s_main(monkeypatch, capsys):
+    """``vllm-kv-strategies`` resolves to the function ``python -m vllm_kv_strategies`` runs, which
+    exits with :func:`main`'s status."""
+    import tomllib
+    from importlib.metadata import EntryPoint
+
+    from vllm_kv_strategies import __main__ as command
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == dict([SCRIPT])
+    entry = EntryPoint(name=SCRIPT[0], value=scripts[SCRIPT[0]], group="console_scripts").load()
+    assert entry is command.cli
+    assert "\n    cli()\n" in Path(command.__file__).read_text().split('if __name__ == "__main__":')[1] + "\n"
+    monkeypatch.setattr(sys, "argv", [SCRIPT[0], "matrix", "--json", "-"])
+    with pytest.raises(SystemExit) as exited:
+        entry()
+    assert exited.value.code == 0
+    assert command.main(["matrix", "--json", "-"]) == 0
+    first, second = capsys.readouterr().out.splitlines()
+    assert first == second and json.loads(first)["upstream"]
+
+
+def test_the_wheel_installs_the_command(dists):
+    _, wheel = dists
+    with zipfile.ZipFile(wheel) as zf:
+        entry_points = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert f"[console_scripts]\n{SCRIPT[0]} = {SCRIPT[1]}\n" in entry_points
+    assert "[vllm.general_plugins]\nkv_strategies = vllm_kv_strategies:register\n" in entry_points

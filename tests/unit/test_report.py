@@ -84,8 +84,8 @@ def test_json_report_written_with_exact_totals_and_specs(monkeypatch, tmp_path, 
     summary_lines = [m for m in kv_log.at(logging.INFO) if m.startswith("kv_strategies: rank 0: vLLM built")]
     assert summary_lines == [
         f"kv_strategies: rank 0: vLLM built and the plugin checked 3 layers (full_attention=3) in 1 raw buffer; "
-        f"{size} bytes allocated ({size / 2**30:.3f} GiB; required {size}, alignment padding 0, unused 0, duplicated 0); "
-        f"num_blocks {config.num_blocks} ({config.num_blocks * 16} token slots)"
+        f"{size:,} bytes allocated ({size / 2**30:.3f} GiB; required {size:,}, alignment padding 0, unused 0, duplicated 0); "
+        f"num_blocks {config.num_blocks:,} ({config.num_blocks * 16:,} token slots)"
     ]
     assert f"kv_strategies: rank 0: report written to {path}" in kv_log.at(logging.INFO)
 

@@ -30,8 +30,8 @@ def test_three_paths_get_the_report_usage_and_what_is_wrong(reports):
     shown = run_cli(reports["stock"], reports["plugin"], reports["stock"])
     assert (shown.returncode, shown.stdout) == (2, "")
     usage, error = shown.stderr.strip().splitlines()[0], shown.stderr.strip().splitlines()[-1]
-    assert usage.startswith("usage: python -m vllm_kv_strategies report [-h]")
-    assert error == ("python -m vllm_kv_strategies report: error: 3 paths given: report takes one FILE or DIR, "
+    assert usage.startswith("usage: vllm-kv-strategies report [-h]")
+    assert error == ("vllm-kv-strategies report: error: 3 paths given: report takes one FILE or DIR, "
                      "or two reports A B to compare")
 
 

@@ -183,7 +183,7 @@ def test_transfer_alignment_and_unused_bytes_are_told_apart():
     assert (t["bytes_allocated"], t["bytes_required"]) == (2 * n + MIB2 + 1024, 2 * n)
     assert (t["alignment_padding"], t["unused_bytes"], t["duplicated_bytes"]) == (MIB2, 1024, 0)
     line = report_mod.KVCacheSummary(**t).line()
-    assert f"required {2 * n}, alignment padding {MIB2}, unused 1024, duplicated 0);" in line
+    assert f"required {2 * n:,}, alignment padding {MIB2:,}, unused 1,024, duplicated 0);" in line
 
 
 def test_a_buffer_behind_empty_views_is_unused():
@@ -232,8 +232,8 @@ def test_capacity_is_vllms_with_its_concurrency(monkeypatch, tmp_path, kv_log, v
     assert (t["tokens"], t["max_concurrency"], t["max_model_len"]) == (tokens, concurrency, 1024)
     assert t["token_slots"] == config.num_blocks * 16 != t["tokens"]
     assert kv_log.summary().endswith(
-        f"num_blocks {config.num_blocks} ({config.num_blocks * 16} token slots); capacity {tokens} tokens, "
-        f"max concurrency {concurrency:.2f}x for 1024-token requests (vLLM's)")
+        f"num_blocks {config.num_blocks:,} ({config.num_blocks * 16:,} token slots); capacity {tokens:,} tokens, "
+        f"max concurrency {concurrency:,.2f}x for 1,024-token requests (vLLM's)")
 
 
 def addressed(view: torch.Tensor) -> set[tuple[int, int]]:

@@ -41,13 +41,15 @@ LOGGED_WEIGHTS = (49, 0.003, 0.1)
 @dataclasses.dataclass(frozen=True)
 class Card:
     """A card ``--device`` names: the total memory its runtime reports (GiB), what it is,
-    the vLLM platform that serves it, and its compute capability (CUDA: (major, minor))
-    or architecture (ROCm: the GCN name; Ascend: the SoC)."""
+    the vLLM platform that serves it, its compute capability (CUDA: (major, minor))
+    or architecture (ROCm: the GCN name; Ascend: the SoC), and the published source of
+    its memory figure (``plan --device list`` prints it)."""
 
     gib: float
     what: str
     platform: str
     capability: tuple[int, int] | str
+    source: str = ""
 
     @property
     def bytes(self) -> int:
@@ -56,36 +58,36 @@ class Card:
 
 #: Cards, by lower-case name; each with the published source of its memory.
 DEVICES: dict[str, Card] = {
-    # torch_npu: "60.96 GiB total capacity" (vllm-project/vllm-ascend#6611, #5020, #2378)
-    "910b-64g": Card(60.96, "Ascend 910B 64 GB (Atlas 800I/800T A2)", "npu", "Ascend910B"),
-    # torch_npu: "29.49 GiB total capacity" on a 910B4 (public vLLM-Ascend startup logs)
-    "910b-32g": Card(29.49, "Ascend 910B 32 GB (910B4, Atlas 800I A2)", "npu", "Ascend910B"),
-    # torch_npu: "61.27 GiB total capacity" on an Atlas A3 die (sgl-project/sglang#29838)
-    "a3": Card(61.27, "Ascend 910C / Atlas A3, one die of 64 GB", "npu", "Ascend910_93"),
-    # torch: "GPU 0 has a total capacity of 79.11 GiB" (vllm-project/vllm#27508)
-    "h100-80g": Card(79.11, "NVIDIA H100 80GB", "cuda", (9, 0)),
-    # torch: "GPU 0 has a total capacity of 93.00 GiB" (ali-vilab/VACE#56)
-    "h100-nvl": Card(93.00, "NVIDIA H100 NVL 94GB", "cuda", (9, 0)),
-    # nvidia-smi 143771 MiB (public nvidia-smi tables of H200 SXM hosts)
-    "h200": Card(143771 / 1024, "NVIDIA H200 141GB (nvidia-smi total)", "cuda", (9, 0)),
-    # nvidia-smi 97871 MiB (public nvidia-smi tables of H20 hosts, 500 W)
-    "h20": Card(97871 / 1024, "NVIDIA H20 96GB (nvidia-smi total)", "cuda", (9, 0)),
-    # nvidia-smi 183359 MiB (public nvidia-smi tables of B200 hosts, 1000 W)
-    "b200": Card(183359 / 1024, "NVIDIA B200 (nvidia-smi total)", "cuda", (10, 0)),
-    # nvidia-smi 81920 MiB (modal-labs/modal-client#2797); torch reports a little less
-    "a100-80g": Card(80.0, "NVIDIA A100 80GB (nvidia-smi total)", "cuda", (8, 0)),
-    # nvidia-smi 40960 MiB (modal-labs/modal-client#2797)
-    "a100-40g": Card(40.0, "NVIDIA A100 40GB (nvidia-smi total)", "cuda", (8, 0)),
-    # nvidia-smi 46068 MiB (modal-labs/modal-client#2797)
-    "l40s": Card(46068 / 1024, "NVIDIA L40S (nvidia-smi total)", "cuda", (8, 9)),
-    # nvidia-smi 46068 MiB (public nvidia-smi tables of L20 hosts)
-    "l20": Card(46068 / 1024, "NVIDIA L20 48GB (nvidia-smi total)", "cuda", (8, 9)),
-    # nvidia-smi 23028 MiB (public nvidia-smi tables of A10 / A10G hosts)
-    "a10": Card(23028 / 1024, "NVIDIA A10 24GB (nvidia-smi total)", "cuda", (8, 6)),
-    # torch: "23.68 GiB total capacity" (zai-org/CogVideo#36)
-    "rtx4090": Card(23.68, "NVIDIA GeForce RTX 4090", "cuda", (8, 9)),
-    # torch (HIP): "GPU 0 has a total capacity of 191.98 GiB" (public MI300X OOM reports)
-    "mi300x": Card(191.98, "AMD Instinct MI300X 192GB", "rocm", "gfx942"),
+    "910b-64g": Card(60.96, "Ascend 910B 64 GB (Atlas 800I/800T A2)", "npu", "Ascend910B",
+         'torch_npu: "60.96 GiB total capacity" (vllm-project/vllm-ascend#6611, #5020, #2378)'),
+    "910b-32g": Card(29.49, "Ascend 910B 32 GB (910B4, Atlas 800I A2)", "npu", "Ascend910B",
+         'torch_npu: "29.49 GiB total capacity" on a 910B4 (public vLLM-Ascend startup logs)'),
+    "a3": Card(61.27, "Ascend 910C / Atlas A3, one die of 64 GB", "npu", "Ascend910_93",
+         'torch_npu: "61.27 GiB total capacity" on an Atlas A3 die (sgl-project/sglang#29838)'),
+    "h100-80g": Card(79.11, "NVIDIA H100 80GB", "cuda", (9, 0),
+         'torch: "GPU 0 has a total capacity of 79.11 GiB" (vllm-project/vllm#27508)'),
+    "h100-nvl": Card(93.00, "NVIDIA H100 NVL 94GB", "cuda", (9, 0),
+         'torch: "GPU 0 has a total capacity of 93.00 GiB" (ali-vilab/VACE#56)'),
+    "h200": Card(143771 / 1024, "NVIDIA H200 141GB (nvidia-smi total)", "cuda", (9, 0),
+         "nvidia-smi 143771 MiB (public nvidia-smi tables of H200 SXM hosts)"),
+    "h20": Card(97871 / 1024, "NVIDIA H20 96GB (nvidia-smi total)", "cuda", (9, 0),
+         "nvidia-smi 97871 MiB (public nvidia-smi tables of H20 hosts, 500 W)"),
+    "b200": Card(183359 / 1024, "NVIDIA B200 (nvidia-smi total)", "cuda", (10, 0),
+         "nvidia-smi 183359 MiB (public nvidia-smi tables of B200 hosts, 1000 W)"),
+    "a100-80g": Card(80.0, "NVIDIA A100 80GB (nvidia-smi total)", "cuda", (8, 0),
+         "nvidia-smi 81920 MiB (modal-labs/modal-client#2797); torch reports a little less"),
+    "a100-40g": Card(40.0, "NVIDIA A100 40GB (nvidia-smi total)", "cuda", (8, 0),
+         "nvidia-smi 40960 MiB (modal-labs/modal-client#2797)"),
+    "l40s": Card(46068 / 1024, "NVIDIA L40S (nvidia-smi total)", "cuda", (8, 9),
+         "nvidia-smi 46068 MiB (modal-labs/modal-client#2797)"),
+    "l20": Card(46068 / 1024, "NVIDIA L20 48GB (nvidia-smi total)", "cuda", (8, 9),
+         "nvidia-smi 46068 MiB (public nvidia-smi tables of L20 hosts)"),
+    "a10": Card(23028 / 1024, "NVIDIA A10 24GB (nvidia-smi total)", "cuda", (8, 6),
+         "nvidia-smi 23028 MiB (public nvidia-smi tables of A10 / A10G hosts)"),
+    "rtx4090": Card(23.68, "NVIDIA GeForce RTX 4090", "cuda", (8, 9),
+         'torch: "23.68 GiB total capacity" (zai-org/CogVideo#36)'),
+    "mi300x": Card(191.98, "AMD Instinct MI300X 192GB", "rocm", "gfx942",
+         'torch (HIP): "GPU 0 has a total capacity of 191.98 GiB" (public MI300X OOM reports)'),
 }
 
 

@@ -1,4 +1,4 @@
-"""``python -m vllm_kv_strategies plan MODEL_DIR [vLLM engine arguments] [--json OUT]``.
+"""``vllm-kv-strategies plan MODEL_DIR [vLLM engine arguments] [--json OUT]``.
 
 The engine arguments are parsed by the installed vLLM's own parser
 (``FlexibleArgumentParser`` + ``EngineArgs.add_cli_args``), the engine config
@@ -6,67 +6,27 @@ made by ``EngineArgs.from_cli_args(...).create_engine_config()``, the model
 built on the meta device and planned by vLLM's planner (:mod:`.predict`).
 Bad input (no directory, no ``config.json``, remote code, an architecture
 this vLLM does not know, an argument vLLM rejects) is one line on stderr and
-exit 2; a budget vLLM refuses is printed with vLLM's own words and exit 1.
+exit 2 (checked before vLLM is imported wherever the check does not need it); a
+budget vLLM refuses is printed with vLLM's own words and exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+import textwrap
 import time
-from pathlib import Path
 
+from vllm_kv_strategies.deploy import output
 from vllm_kv_strategies.deploy.errors import BadInput, _described, _one_line, _rejection
-from vllm_kv_strategies.deploy.inputs import check_model_dir, check_outputs
+from vllm_kv_strategies.deploy.inputs import check_before_vllm, check_outputs, join_negative_values
+from vllm_kv_strategies.deploy.options import DESCRIPTION, EPILOG, PROG, USAGE, device_list, own_arguments, own_help, own_parser
 
-DESCRIPTION = (
-    "How much KV cache a deployment gets, before anything starts: the model in MODEL_DIR (config.json "
-    "alone suffices: no weights, no tokenizer, no network) is built on the meta device and planned by the "
-    "installed vLLM's own planner for the engine arguments given (every `vllm serve` engine argument: "
-    "--tensor-parallel-size, --pipeline-parallel-size, --max-model-len, --block-size, --kv-cache-dtype, ...). "
-    "Prints per rank the KV cache groups (kind, layers, block size, page bytes), num_blocks, the tokens and "
-    "the maximum concurrency vLLM would log, or vLLM's own refusal. The budget is exact with "
-    "--kv-cache-memory-bytes; with --device NAME or --device-memory-gib GIB instead it is an estimate "
-    "(memory x --gpu-memory-utilization - weights - overhead, each term shown). "
-    "Exit 0: planned; 1: vLLM refuses the budget; 2: bad input."
-)
-USAGE = ("%(prog)s MODEL_DIR [vLLM engine arguments] [--kv-cache-memory-bytes N | --device NAME | "
-         "--device-memory-gib GIB [--overhead-gib GIB]] [--json OUT]  (--help=plan: this command's options)")
-EPILOG = (
-    "vLLM's engine arguments: --help=ParallelConfig, --help=CacheConfig, --help=ModelConfig, ... (a group), "
-    "--help=<word> (the options matching it), --help=all (all of them); --help=plan: this command's own."
-)
-
+__all__ = ["own_arguments", "run", "plan_once", "parse", "notes"]
 
 def _progress(message: str) -> None:
-    print(f"plan: {message} ...", file=sys.stderr, flush=True)
-
-
-def own_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from vllm_kv_strategies.deploy.budget import DEVICES
-
-    group = parser.add_argument_group("plan", "this command's own options (the others are vLLM's engine arguments)")
-    group.add_argument("model_dir", metavar="MODEL_DIR", help="a local model directory with a config.json")
-    group.add_argument("--json", dest="json_out", metavar="OUT", help="also write the plan as JSON to OUT")
-    group.add_argument("--device", choices=sorted(DEVICES), type=str.lower, metavar="NAME",
-                       help="plan for this card: its vLLM platform (block sizes, attention backends) and, without "
-                       "--kv-cache-memory-bytes, a budget estimated from its memory; case-insensitive (" +
-                       "; ".join(f"{k}: {c.what}, {c.platform}, {c.gib:.2f} GiB" for k, c in sorted(DEVICES.items())) + ")")
-    group.add_argument("--stage-budgets", metavar="N0,N1,...", type=_byte_list,
-                       help="an exact KV cache budget per worker for each pipeline stage, in bytes (stages carry "
-                       "different weights, so vLLM's workers measure different budgets)")
-    group.add_argument("--sweep", action="append", metavar="ARG=V1,V2,...", help="plan every combination of the "
-                       "values of these engine arguments (repeatable: tensor-parallel-size=1,2,4,8) and print one table")
-    group.add_argument("--plot", metavar="FILE.png", help="with --sweep: draw tokens and maximum concurrency against "
-                       "the swept values; on vllm-ascend without --sweep: the stock and plugin sides' KV cache memory "
-                       "maps (needs matplotlib: pip install 'vllm-kv-strategies[plot]')")
-    group.add_argument("--device-memory-gib", type=float, metavar="GIB", help="estimate the budget for a device of GIB GiB")
-    group.add_argument("--overhead-gib", type=float, metavar="GIB",
-                       help="what the estimate subtracts for activations, graphs and the runtime, as one figure "
-                       "(default: computed for the model and the engine arguments, each term shown)")
-    return parser
+    output.current.progress(f"plan: {message} ...")
 
 
 def on_ascend() -> bool:
@@ -94,10 +54,8 @@ def engine_parser():
     except ImportError:  # vLLM 0.11
         from vllm.utils import FlexibleArgumentParser
 
-    parser = FlexibleArgumentParser(
-        prog="python -m vllm_kv_strategies plan", description=DESCRIPTION, epilog=EPILOG,
-        usage=USAGE,
-    )
+    parser = FlexibleArgumentParser(prog=PROG, description=textwrap.fill(DESCRIPTION, 100), epilog=EPILOG, usage=USAGE,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     own_arguments(parser)
     EngineArgs.add_cli_args(parser)
 
@@ -108,12 +66,17 @@ def engine_parser():
     return parser
 
 
-def run(argv: list[str]) -> int:
-    """The command; returns its exit status."""
+def run(argv: list[str], verbosity: int = 0) -> int:
+    """The command; returns its exit status. ``verbosity``: -1 quiet, 1 / 2 verbose (:mod:`.output`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's INFO and WARNING lines (on stdout) would bury the answer
+    argv = join_negative_values(argv)
+    if device_list(argv):  # before anything else is read
+        return 0
     try:
-        return _run(argv)
+        known = own_parser().parse_known_args(argv)[0] if not any(a.startswith(("-h", "--help")) for a in argv) else None
+        verbosity = -1 if known and known.quiet else (max(verbosity, 1) if known and known.verbose else verbosity)
+        with output.command(verbosity, known and known.json_out, default_level="ERROR"):  # vLLM's lines: stderr
+            return _run(argv)
     except BadInput as exc:
         print(f"plan: error: {exc}", file=sys.stderr)
         return 2
@@ -122,26 +85,15 @@ def run(argv: list[str]) -> int:
             sys.modules["vllm_kv_strategies.deploy.platforms"].restore()  # the installed platform again
 
 
-def own_help(argv: list[str]) -> bool:
-    """``-h`` / ``--help``: plan's own options, printed without importing vLLM (its engine
-    options: ``--help=all`` / ``--help=<group>``, through vLLM's parser). Returns whether it did."""
-    if not any(a in ("-h", "--help") for a in argv):
-        return False
-    parser = argparse.ArgumentParser(prog="python -m vllm_kv_strategies plan", description=DESCRIPTION,
-                                     epilog=EPILOG, usage=USAGE, add_help=False)
-    own_arguments(parser).print_help()
-    return True
-
-
 def _run(argv: list[str]) -> int:
     start, device, config = time.monotonic(), None, None
     if own_help(argv):
         raise SystemExit(0)
     if not any(a.startswith("--help") for a in argv):
-        known, _ = own_arguments(argparse.ArgumentParser(add_help=False, prog="python -m vllm_kv_strategies plan")).parse_known_args(argv)
-        config, device = check_model_dir(known.model_dir), known.device
+        known = own_parser().parse_known_args(argv)[0]
+        config, device = check_before_vllm(known, argv), known.device
     else:  # vLLM's engine options through its parser: on the platform --device names, where one is named
-        device = own_arguments(argparse.ArgumentParser(add_help=False)).parse_known_args(["-", *argv])[0].device
+        device = own_parser().parse_known_args(["-", *argv])[0].device
     from vllm_kv_strategies.deploy import platforms
     from vllm_kv_strategies.platforms.ascend import npu_standin
 
@@ -171,24 +123,13 @@ def _run(argv: list[str]) -> int:
     prediction.seconds = time.monotonic() - start
     from vllm_kv_strategies.deploy import render
 
-    print(render.table(prediction, args.model_dir))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(render.as_json(prediction, args.model_dir), indent=1) + "\n")
+    output.current.answer(render.table(prediction, args.model_dir))
+    output.current.json(render.as_json(prediction, args.model_dir))
     if args.plot:
-        print(render.memory_maps(prediction, args.model_dir, args.plot))
+        output.current.answer(render.memory_maps(prediction, args.model_dir, args.plot))
     plugin_side = prediction.ascend and prediction.ascend["plugin"]
     refused = prediction.refusal or (plugin_side and plugin_side.build_error and not plugin_side.not_planned)
     return 1 if refused else 0
-
-
-def _byte_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give whole byte counts, one per pipeline stage") from None
-    if any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every budget must be positive")
-    return values
 
 
 def parse(parser, argv: list[str]):
@@ -269,6 +210,11 @@ def notes(args, prediction) -> list[str]:
     if args.block_size is not None and planned and args.block_size not in planned:
         out.append(f"--block-size {args.block_size} given; the blocks planned are of "
                    f"{', '.join(map(str, planned))} tokens, as vLLM's platform sets them for this model")
+    if args.device and args.device_memory_gib and not prediction.budget.exact:
+        from vllm_kv_strategies.deploy.budget import DEVICES
+
+        out.append(f"--device-memory-gib {args.device_memory_gib:g} overrides {args.device}'s memory "
+                   f"({DEVICES[args.device].gib:.2f} GiB) in the estimate; --device {args.device} sets the platform")
     if prediction.budget.exact and (args.device or args.device_memory_gib):
         from vllm_kv_strategies.deploy.budget import device_memory
 

@@ -12,10 +12,10 @@ planned, 1 when none is, 2 for bad input.
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from pathlib import Path
 
+from vllm_kv_strategies.deploy import output
 from vllm_kv_strategies.deploy.errors import BadInput
 
 #: plan's own options, which a sweep does not vary or pass on to each combination.
@@ -95,11 +95,10 @@ def sweep(parser, argv: list[str], args, plan_once, progress) -> int:
                        refusal=prediction.refusal, max_model_len=prediction.vllm_config.model_config.max_model_len)
         rows.append(row)
     seconds = time.monotonic() - start
-    print("\n".join(table(args.model_dir, sweeps, rows, first, seconds)))
+    output.current.answer("\n".join(table(args.model_dir, sweeps, rows, first, seconds)))
     data = {"kind": "plan-sweep", "model": args.model_dir, "platform": first.platform if first else None,
             "swept": dict(sweeps), "combinations": rows, "seconds": round(seconds, 2)}
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(data, indent=1) + "\n")
+    output.current.json(data)  # --json OUT; -: stdout
     if plt is not None:
         plt.close(plot(plt, args.plot, args.model_dir, sweeps, rows))
     return 0 if any(r["num_blocks"] for r in rows) else 1

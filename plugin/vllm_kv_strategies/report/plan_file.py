@@ -66,12 +66,28 @@ def load(path: str | os.PathLike) -> dict:
     """
     import jsonschema
 
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{path}: not a readable plan file ({exc})") from None
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(PLAN_SCHEMA).iter_errors(data))
     if error is not None:
         raise ReportError(f"{path}: not a readable plan file ({error.message[:160]})")
     return data
+
+
+def check_same_model(plan: dict, plan_path: str, report: dict, report_path: str) -> None:
+    """:class:`ReportError` when the run's report names another model than the plan: the last
+    component of each name differs (a model directory planned on one machine and served from
+    another path, or as its Hugging Face repo id, is the same model)."""
+    def last(name: Any) -> str:
+        return os.path.basename(str(name).rstrip("/\\"))
+
+    if plan.get("model") and report.get("model") and last(plan["model"]) != last(report["model"]):
+        raise ReportError(f"the plan ({plan_path}) is of model {plan['model']!r} and the run ({report_path}) of model "
+                          f"{report['model']!r}: refusing to compare two different models (--allow-different-models "
+                          "compares them anyway)")
 
 
 def _rank_of(plan: dict, rank: int, path: str) -> dict:

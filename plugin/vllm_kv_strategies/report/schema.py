@@ -178,7 +178,7 @@ def load(path: str | os.PathLike) -> dict:
 
     Raises:
         ReportError: ``PATH: <what is wrong>``: unreadable, not JSON, not a
-            report, a newer schema, a missing key.
+            report, a newer schema, a missing key, a file named for another rank.
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -194,9 +194,13 @@ def load(path: str | os.PathLike) -> dict:
     except ValueError as exc:
         raise ReportError(f"{path}: not a KV cache report (not JSON: {exc})") from None
     try:
-        return parse(data)
+        report = parse(data)
     except ReportError as exc:
         raise ReportError(f"{path}: {exc}") from None
+    named = NAME_RE.match(os.path.basename(path))
+    if named and int(named["rank"]) != report["totals"]["rank"]:  # renamed, or copied over another rank's file
+        raise ReportError(f"{path}: the file name says rank {named['rank']}, the report rank {report['totals']['rank']}")
+    return report
 
 
 def created(report: dict, path: str | os.PathLike) -> str:
@@ -235,9 +239,7 @@ def load_dir(directory: str | os.PathLike) -> list[tuple[str, dict]]:
     seen: dict[tuple, tuple[str, dict]] = {}
     for name in names:
         path = os.path.join(directory, name)
-        report, named = load(path), NAME_RE.match(name)
-        if int(named["rank"]) != report["totals"]["rank"]:
-            raise ReportError(f"{path}: the file name says rank {named['rank']}, the report rank {report['totals']['rank']}")
+        report, named = load(path), NAME_RE.match(name)  # load: the name's rank is the report's
         key = (report["totals"]["rank"], report.get("run_id"), report.get("pid"), created(report, path))
         if key not in seen or named["latest"] is None:
             seen[key] = (path, report)

@@ -73,13 +73,19 @@ class KVCacheSummary:
         verb = {"vllm_checked": "vLLM built and the plugin checked", "plugin": "built"}.get(built_by, "stock built")
         capacity = ""
         if self.tokens is not None and self.max_concurrency is not None:
-            capacity = (f"; capacity {self.tokens} tokens, max concurrency {self.max_concurrency:.2f}x "
-                        f"for {self.max_model_len}-token requests (vLLM's)")
+            capacity = (f"; capacity {_n(self.tokens)} tokens, max concurrency {self.max_concurrency:,.2f}x "
+                        f"for {_n(self.max_model_len)}-token requests (vLLM's)")
         fallback = f"; the plugin fell back to stock: {fallback_reason}" if built_by == "stock_fallback" and fallback_reason else ""
         return (
             f"{PREFIX} rank {self.rank}: {verb} {layers} layers ({detail}) "
-            f"in {self.raw_buffers} raw buffer{plural}; {self.bytes_allocated} bytes allocated "
-            f"({self.bytes_allocated / 2**30:.3f} GiB; required {self.bytes_required}, "
-            f"alignment padding {self.alignment_padding}, unused {self.unused_bytes}, duplicated {self.duplicated_bytes}); "
-            f"num_blocks {self.num_blocks} ({self.token_slots} token slots){capacity}{fallback}"
+            f"in {self.raw_buffers} raw buffer{plural}; {_n(self.bytes_allocated)} bytes allocated "
+            f"({self.bytes_allocated / 2**30:.3f} GiB; required {_n(self.bytes_required)}, "
+            f"alignment padding {_n(self.alignment_padding)}, unused {_n(self.unused_bytes)}, "
+            f"duplicated {_n(self.duplicated_bytes)}); "
+            f"num_blocks {_n(self.num_blocks)} ({_n(self.token_slots)} token slots){capacity}{fallback}"
         )
+
+
+def _n(value: object) -> str:
+    """An integer with thousands separators, as ``report`` and ``plan`` print them; else as it is."""
+    return f"{value:,}" if isinstance(value, int) else str(value)

@@ -21,13 +21,15 @@ from vllm_kv_strategies.platforms.targets import PatchTarget
 @dataclass(frozen=True)
 class RunnerChoice:
     """The runner vLLM would build the KV cache with: its name, the target that covers it
-    (None: the plugin patches nothing there), why this runner, and, where vLLM itself cannot
-    start on this machine, why not (one sentence)."""
+    (None: the plugin patches nothing there), why this runner, where vLLM itself cannot
+    start on this machine, why not (one sentence), and where vLLM refuses the engine options
+    given, its words (then no runner is chosen: ``doctor`` says so and exits 2)."""
 
     runner: str
     target: PatchTarget | None
     why: str
     cannot_start: str | None = None
+    refused: str | None = None
 
 
 def _engine_config(engine_args: list[str]):
@@ -35,9 +37,14 @@ def _engine_config(engine_args: list[str]):
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parsed = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="doctor --")).parse_args(engine_args)
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="doctor --"))
+
+    def error(message: str):  # one line, not argparse's usage and exit
+        raise ValueError(message)
+
+    parser.error = error
     try:
-        return EngineArgs.from_cli_args(parsed).create_engine_config()
+        return EngineArgs.from_cli_args(parser.parse_args(engine_args)).create_engine_config()
     except Exception as exc:  # vLLM's own refusal of the options, said in one line
         return f"vLLM refuses the engine options given ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
 
@@ -51,16 +58,16 @@ def _without_v1(engine_args: list[str], vllm_version: str | None) -> RunnerChoic
     if current_platform.is_cpu() and current_platform.get_cpu_architecture() == CpuArchEnum.X86 and not HAS_TRITON:
         cannot_start = (f"vLLM {vllm_version} cannot start on this machine: its CPU platform needs Triton "
                         "(triton-cpu) on x86, and none is installed; the answers below are the plugin's")
-    elif engine_args and isinstance(refused := _engine_config(engine_args), str):
-        cannot_start = refused
+    refused = _engine_config(engine_args) if engine_args and cannot_start is None else None
+    refused = refused if isinstance(refused, str) else None  # the options, where vLLM can start here at all
     if not current_platform.is_cpu():
-        return RunnerChoice(facts.V2.runner, facts.V2, f"{removed}: its GPU runner is V2", cannot_start)
+        return RunnerChoice(facts.V2.runner, facts.V2, f"{removed}: its GPU runner is V2", cannot_start, refused)
     if current_platform.uses_standalone_cpu_model_runner():
         return RunnerChoice("StandaloneCPUModelRunner", None,
                             f"{removed}; a CPU without Triton that is not x86 runs its standalone runner, "
-                            "which the plugin does not patch", cannot_start)
+                            "which the plugin does not patch", cannot_start, refused)
     return RunnerChoice("CPUModelRunner (V2)", facts.V2,
-                        f"{removed}; its x86 CPU runner subclasses V2's GPUModelRunner", cannot_start)
+                        f"{removed}; its x86 CPU runner subclasses V2's GPUModelRunner", cannot_start, refused)
 
 
 def runner_choice(engine_args: list[str], vllm_version: str | None) -> RunnerChoice:
@@ -73,7 +80,7 @@ def runner_choice(engine_args: list[str], vllm_version: str | None) -> RunnerCho
     if engine_args:
         config = _engine_config(engine_args)
         if isinstance(config, str):
-            return RunnerChoice(facts.V2.runner, facts.V2, "vLLM's default; the options given were refused", config)
+            return RunnerChoice("none", None, "vLLM refuses the engine options given", refused=config)
         target = facts.V2 if config.use_v2_model_runner else facts.V1
         return RunnerChoice(target.runner, target, "vLLM's choice for the engine options given")
     flag = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
