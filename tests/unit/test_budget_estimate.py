@@ -21,7 +21,7 @@ def test_resizable_default_utilisation_and_margin_are_terms_of_the_estimate():
     assert lines[0] == f"budget: ESTIMATE {b.bytes:,} bytes per worker (47.000 GiB) ="
     assert "vLLM 0.34's default with the resizable KV cache (1.00 with it, 0.92 without)" in lines[2]
     assert lines[5].startswith("  - margin        1,073,741,824 bytes (1.00 GiB)")
-    assert "the floor, an estimate" in lines[5]
+    assert "vLLM keeps max(1 GiB, 0.75 x the transient peak it measures at warm-up) = 1.00 GiB free" in lines[5]
 
 
 def test_without_the_resizable_cache_the_default_is_0_92_and_no_margin():
@@ -31,9 +31,22 @@ def test_without_the_resizable_cache_the_default_is_0_92_and_no_margin():
 
 
 def test_a_given_utilisation_is_used_and_named():
+    """At utilisation 0.9 the 8 GiB it leaves out of 80 cover the 1 GiB margin: vLLM 0.34 takes
+    ``min(requested - used, headroom - margin)``, and the first is the smaller."""
     b = budget.estimate(MEMORY, 0.9, WEIGHTS, budget.given_overhead(2.0), resizable=True)
-    assert b.bytes == int(80 * GIB * 0.9) - 33 * GIB
+    assert b.bytes == int(80 * GIB * 0.9) - 32 * GIB
     assert b.terms[1] == ("utilisation", 900, "--gpu-memory-utilization 0.9")
+    assert b.terms[-1][:2] == ("margin", 0) and "less the 8.00 GiB the utilisation leaves out" in b.terms[-1][2]
+
+
+def test_the_margin_is_three_quarters_of_a_computed_activation_peak():
+    """With computed terms the margin is max(1 GiB, 0.75 x the activations): 4 GiB of activations at
+    utilisation 1.0 keep 3 GiB free beyond them; at 0.98 the 1.6 GiB left out cover part of it."""
+    computed = [("activations", 4 * GIB, "a"), ("runtime", GIB, "r")]
+    b = budget.estimate(MEMORY, None, WEIGHTS, computed, resizable=True)
+    assert b.terms[-1][:2] == ("margin", 3 * GIB) and b.bytes == 80 * GIB - 30 * GIB - 5 * GIB - 3 * GIB
+    b = budget.estimate(MEMORY, 0.98, WEIGHTS, computed, resizable=True)
+    assert b.terms[-1][:2] == ("margin", 3 * GIB - (80 * GIB - int(80 * GIB * 0.98)))
 
 
 def test_on_rocm_the_margin_floor_is_3_gib():

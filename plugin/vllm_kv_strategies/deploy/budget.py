@@ -158,6 +158,8 @@ def checkpoint_bytes(model_dir: str) -> int | None:
 #: KV cache, ``KV_CACHE_MARGIN_FLOOR_BYTES`` of ``vllm/v1/worker/extensible_kv_cache.py``: 1 GiB on
 #: CUDA, 3 GiB on ROCm; the margin is the larger of it and 0.75 x the transient peak measured at warm-up.
 RESIZABLE_MARGIN_FLOOR, ROCM_RESIZABLE_MARGIN_FLOOR = GIB, 3 * GIB
+#: ``KV_CACHE_MARGIN_FRACTION``: the margin's share of the transient peak.
+RESIZABLE_MARGIN_FRACTION = 0.75
 #: vLLM 0.34's ``gpu_memory_utilization`` when none is given (``CacheConfig.resolved_gpu_memory_utilization``).
 RESIZABLE_UTILISATION, FIXED_UTILISATION = 1.0, 0.92
 
@@ -192,11 +194,25 @@ def estimate(memory: tuple[int, str], utilisation: float | None, weights: tuple[
         *overhead,
     ]
     if resizable:
-        floor, platform = (ROCM_RESIZABLE_MARGIN_FLOOR, "ROCm") if rocm else (RESIZABLE_MARGIN_FLOOR, "CUDA")
-        terms.append(("margin", floor, f"resizable KV cache (vLLM 0.34, {platform}): vLLM keeps max({floor // GIB} GiB, "
-                      "0.75 x the transient peak it measures at warm-up) free; the floor, an estimate"))
+        terms.append(resizable_margin(total, utilisation, overhead, rocm))
     budget = int(total * utilisation) - sum(value for name, value, _ in terms[2:])
     return Budget(budget, False, terms)
+
+
+def resizable_margin(total: int, utilisation: float, overhead: list[tuple[str, int, str]], rocm: bool) -> tuple[str, int, str]:
+    """vLLM 0.34's resizable KV cache (``extensible_kv_cache.py``, the sizing after warm-up) takes
+    ``min(requested - used, headroom - margin) - transient peak`` with ``margin = max(floor,
+    0.75 x transient peak)``: beyond the activations already subtracted, the margin costs what it
+    exceeds of the memory the utilisation leaves out, ``total x (1 - utilisation)``. The transient
+    peak is the ``activations`` term where the overhead is computed, else the floor stands alone."""
+    floor, platform = (ROCM_RESIZABLE_MARGIN_FLOOR, "ROCm") if rocm else (RESIZABLE_MARGIN_FLOOR, "CUDA")
+    peak = sum(value for name, value, _ in overhead if name == "activations")
+    margin = max(floor, int(RESIZABLE_MARGIN_FRACTION * peak))
+    left_out = total - int(total * utilisation)
+    return ("margin", max(margin - left_out, 0),
+            f"resizable KV cache (vLLM 0.34, {platform}): vLLM keeps max({floor // GIB} GiB, 0.75 x the transient peak"
+            f"{f' {peak / GIB:.2f} GiB' if peak else ' it measures at warm-up'}) = {margin / GIB:.2f} GiB free"
+            + (f", less the {left_out / GIB:.2f} GiB the utilisation leaves out" if left_out else ""))
 
 
 def online_quantization(vllm_config) -> str | None:
