@@ -97,11 +97,16 @@ def read_wheel_text(wheel: Path, suffix: str) -> str:
 
 
 def test_wheel_entry_points_match_the_toml(built_wheel):
+    """The wheel's entry points are entry_points.toml's and the command pyproject.toml's
+    ``[project.scripts]`` declares, nothing else."""
     parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
     parser.optionxform = str  # entry point names are case-sensitive
     parser.read_string(read_wheel_text(built_wheel, ".dist-info/entry_points.txt"))
     in_wheel = {(g, n, v) for g in parser.sections() for n, v in parser.items(g)}
-    assert in_wheel == declared()
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    assert scripts == {"vllm-kv-strategies": "vllm_kv_strategies.__main__:cli"}
+    assert in_wheel == declared() | {("console_scripts", n, v) for n, v in scripts.items()}
 
 
 def test_wheel_metadata_and_layout(built_wheel):

@@ -74,7 +74,9 @@ def test_no_developer_machine_paths_in_the_sources():
     import re
 
     local = re.compile("/" + "(work|root|home/[a-z])" + "/")  # spelled apart so this file passes
+    # tests/deploy/startup_logs quotes public logs line for line: their paths are their authors' machines'
     found = [f for f in sorted(source_files()) if not f.endswith((".whl", ".gz"))
+             and not f.startswith("tests/deploy/startup_logs/")
              and local.search((ROOT / f).read_text(errors="replace"))]
     assert not found, f"paths of a developer's machine in: {found}"
 

@@ -33,7 +33,13 @@ HAS_INDEX = hasattr(ParallelConfig(), "data_parallel_index")
 
 
 def world(mocker, rank: int, size: int) -> None:
-    """torch.distributed as a worker of rank ``rank`` in a world of ``size`` sees it."""
+    """torch.distributed as a worker of rank ``rank`` in a world of ``size`` sees it, before vLLM's
+    tensor / pipeline groups are set up (an in-process ``plan`` earlier in the session leaves its
+    one-rank groups in place: they are not this worker's)."""
+    import vllm.distributed.parallel_state as parallel_state
+
+    for name in ("get_tp_group", "get_pp_group"):
+        mocker.patch.object(parallel_state, name, side_effect=AssertionError(f"{name}: not initialised"))
     mocker.patch.object(dist, "is_initialized", return_value=True)
     mocker.patch.object(dist, "get_rank", return_value=rank)
     mocker.patch.object(dist, "get_world_size", return_value=size)
