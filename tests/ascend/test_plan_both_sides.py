@@ -19,15 +19,21 @@ from test_plan_ascend import RELEASE, plan
 SIZE = "KV cache size: {:,} tokens" if RELEASE >= (0, 30) else "GPU KV cache size: {:,} tokens"
 
 
-def capacity_said(stdout: str, tokens: int, max_model_len: int, concurrency: float) -> None:
-    """Each side's line and the headline carry vLLM's two numbers in the release's words."""
-    size = SIZE.format(tokens)
-    said = f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
-    if RELEASE >= (0, 30):
-        assert f"vLLM would log: {size}, {said}" in stdout
-        assert stdout.count(f"vLLM would log {size} ({concurrency:.2f}x)") == 2, stdout
-    else:
-        assert stdout.count(f"vLLM would log: {size}, {said}") == 3, stdout  # the headline, stock, the plugin
+def capacity_said(stdout: str, sides: dict[str, tuple[int, float]], max_model_len: int) -> None:
+    """The headline (the plugin's) and each side's line carry vLLM's two numbers in the release's words;
+    ``sides``: {"stock" / "plugin": (tokens, concurrency)}."""
+    def words(tokens: int, concurrency: float) -> str:
+        size = SIZE.format(tokens)
+        if RELEASE >= (0, 30):
+            return f"{size} ({concurrency:.2f}x)"
+        return f"{size}, Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
+
+    tokens, concurrency = sides["plugin"]
+    headline = (f"{SIZE.format(tokens)}, Maximum concurrency for {max_model_len:,} tokens per request: "
+                f"{concurrency:.2f}x")
+    assert f"\nvLLM would log: {headline}\n" in stdout, stdout
+    said = re.findall(r"^  num_blocks .*; vLLM would log:? (.*)$", stdout, re.M)
+    assert said == [words(*sides["stock"]), words(*sides["plugin"])], stdout
 
 
 def test_dense_tokens_and_concurrency_in_the_releases_words(tmp_path):
@@ -40,7 +46,7 @@ def test_dense_tokens_and_concurrency_in_the_releases_words(tmp_path):
     assert (data["tokens"], data["max_concurrency"]) == (381 * 128, 11.91 if RELEASE < (0, 30) else 11.90625)
     for side in ("stock", "plugin"):
         assert data["ascend"][side]["tokens"] == 48_768
-    capacity_said(result.stdout, 48_768, 4096, 11.90625)
+    capacity_said(result.stdout, {"stock": (48_768, 11.90625), "plugin": (48_768, 11.90625)}, 4096)
 
 
 @pytest.mark.skipif(RELEASE < (0, 13), reason="vLLM 0.11's Qwen3-Next module imports its triton flash-linear-attention "
@@ -50,7 +56,9 @@ def test_readme_qwen3_next_example_plans_both_sides(tmp_path):
     three of GDN state); a request of 32,768 tokens takes cdiv(32,768, attention block) attention blocks
     and a state block per GDN group (two on 0.30, whose planner keeps a second for the running state),
     so vLLM's concurrency is num_blocks / that and its tokens that x 32,768 (measured on 0.23: 2,614
-    blocks of 512 -> 67 a request -> 1,278,441 tokens; on 0.30: 3,568 of 384 -> 92 -> 1,270,828)."""
+    blocks of 512 -> 67 a request -> 1,278,441 tokens; on 0.30: 3,568 of 384 -> 92 -> 1,270,828). 0.13 logs
+    num_blocks // 4 groups x the attention block instead: 342,528 on both sides (stock 3,568 blocks of 384,
+    the plugin 2,676 of 512), with each side's concurrency (40.09x, 39.94x)."""
     result, data = plan(tmp_path, "qwen3-next-80b-a3b", "--tensor-parallel-size", "4", "--max-model-len", "32768",
                         "--device", "910b-64g", "--gpu-memory-utilization", "0.9")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -58,13 +66,16 @@ def test_readme_qwen3_next_example_plans_both_sides(tmp_path):
         side = data["ascend"][name]
         assert side["build_error"] is None and len(side["bytes_allocated_per_worker"]) == 4, side
         assert side["tokens"] is not None and side["max_concurrency"] is not None, side
+        attention = side["block_sizes"][0]
         if RELEASE in ((0, 23), (0, 30)):
-            attention = side["block_sizes"][0]
             per_request = -(-32768 // attention) + 3 * (2 if RELEASE >= (0, 30) else 1)
             assert side["tokens"] == int(side["num_blocks"] / per_request * 32768)
+        elif RELEASE == (0, 13):  # 0.13 logs num_blocks // groups x the smallest block: 3,568 // 4 x 384 = 342,528
+            assert side["tokens"] == side["num_blocks"] // 4 * attention
     plugin = data["ascend"]["plugin"]
     assert (data["tokens"], data["max_concurrency"]) == (plugin["tokens"], plugin["max_concurrency"])
-    capacity_said(result.stdout, plugin["tokens"], 32768, plugin["max_concurrency"])
+    capacity_said(result.stdout, {n: (data["ascend"][n]["tokens"], data["ascend"][n]["max_concurrency"])
+                                  for n in ("stock", "plugin")}, 32768)
     assert "vllm_log" in plugin and (plugin["vllm_log"] == []) == (RELEASE >= (0, 30))
 
 
@@ -88,7 +99,7 @@ def test_deepseek_v3_mla_moe_plans_both_sides(tmp_path):
         side = data["ascend"][name]
         assert (side["num_blocks"], side["tokens"]) == (blocks, blocks * 128)
         assert side["bytes_allocated_per_worker"] == [blocks * 31 * page] * 16 + [stage_1] * 16
-    capacity_said(result.stdout, blocks * 128, 8192, blocks * 128 / 8192)
+    capacity_said(result.stdout, dict.fromkeys(("stock", "plugin"), (blocks * 128, blocks * 128 / 8192)), 8192)
     stood_in = re.search(r"^note: stand-ins for planning only.*$", result.stdout, re.M)
     routed = ("vLLM's RoutedExperts without n_shared_experts (vllm-ascend's MoE factory passes them to its "
               "AscendRoutedExperts, an NPU custom op; the experts hold no KV cache)")
