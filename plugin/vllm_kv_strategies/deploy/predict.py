@@ -13,6 +13,7 @@ size: N tokens, Maximum concurrency for L tokens per request: Cx".
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import time
@@ -164,7 +165,10 @@ def plan_budget(vllm_config, per_worker: list[dict], budget: int | list[int]) ->
             extra = ()  # vLLM 0.34: the whole model's groups, made first as EngineCore._initialize_kv_caches does
             if "global_kv_cache_groups" in inspect.signature(get_kv_cache_configs).parameters:
                 extra = (planner_function("get_global_kv_cache_groups")(vllm_config, specs),)
-            configs = get_kv_cache_configs(vllm_config, specs, budgets, *extra)
+            _PLANNER_LOG.clear()
+            with recorded(get_kv_cache_configs) as logged:
+                configs = get_kv_cache_configs(vllm_config, specs, budgets, *extra)
+            _PLANNER_LOG.extend(logged)
         except ValueError as exc:
             return [], str(exc)
     for config in configs:
@@ -194,28 +198,52 @@ _SIZE = re.compile(r"KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"[Cc]oncurrency for [\d,]+ tokens per request: ([\d.]+)x")
 
 
+#: The capacity lines vLLM's planner logged while :func:`plan_budget` last planned (vLLM 0.11 logs them
+#: per worker inside ``get_kv_cache_config_from_groups``, before the workers' num_blocks are unified).
+_PLANNER_LOG: list[str] = []
+
+
+@contextlib.contextmanager
+def recorded(function):
+    """While the block runs, each line the logger of ``function``'s module is given (every logging
+    method: ``info_once(..., scope=...)`` too) is also recorded in the list yielded; put back after."""
+    lines: list[str] = []
+    namespace = function.__globals__
+    if "logger" not in namespace:
+        yield lines
+        return
+    saved = namespace["logger"]
+
+    class Recorder:
+        def __getattr__(self, name):
+            def log(msg, *args, **kwargs):
+                lines.append(str(msg) % args if args else str(msg))
+                return getattr(saved, name)(msg, *args, **kwargs)
+
+            return log
+
+    namespace["logger"] = Recorder()
+    try:
+        yield lines
+    finally:
+        namespace["logger"] = saved
+
+
 def logged_capacity(vllm_config, kv_cache_config) -> list[str]:
     """The "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per request: Cx"
-    lines vLLM's own ``_report_kv_cache_config`` logs for ``kv_cache_config`` (the first worker's,
-    as its ``get_kv_cache_configs`` logs it once at start-up), recorded from its module's logger,
-    which is put back after; empty where this vLLM has no such function."""
+    lines vLLM logs at start-up, in its words: what its ``_report_kv_cache_config`` logs for
+    ``kv_cache_config`` (the first worker's, as ``get_kv_cache_configs`` logs it once; 0.13+), else
+    the first two its planner logged while planning (0.11); empty where it logs neither."""
     try:
         report = planner_function("_report_kv_cache_config")
     except ImportError:
-        return []
-    lines: list[str] = []
-
-    class Recorder:  # every logging method of vLLM's logger (info_once(..., scope=...) too): the line, recorded
-        def __getattr__(self, name):
-            return lambda msg, *args, **kwargs: lines.append(str(msg) % args if args else str(msg))
-
-    namespace, saved = report.__globals__, report.__globals__.get("logger")
-    namespace["logger"] = Recorder()
-    try:
-        report(vllm_config, kv_cache_config)
-    finally:
-        namespace["logger"] = saved
-    return [line for line in lines if _SIZE.search(line) or _CONCURRENCY.search(line)]
+        lines = list(_PLANNER_LOG)
+    else:
+        with recorded(report) as lines:
+            report(vllm_config, kv_cache_config)
+    size = next((line for line in lines if _SIZE.search(line)), None)
+    concurrency = next((line for line in lines if _CONCURRENCY.search(line)), None)
+    return [line for line in (size, concurrency) if line]
 
 
 def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None,
