@@ -2,7 +2,7 @@
 TP 4) and an MLA MoE (DeepSeek-V3 at TP 16 x PP 2) plan both sides, stock and the plugin, and each side
 says the KV cache size in tokens and the maximum concurrency as the release's start-up log says them.
 
-Collected in every cell (``conftest.ALL_RELEASES``); measured here in ascend-0.23.0 and ascend-0.30.0.
+Collected in every cell (``conftest.ALL_RELEASES``); green in ascend-0.11.0, 0.13.0, 0.18.0, 0.23.0 and 0.30.0.
 The budgets are estimates (``--device``), so the expected numbers are computed from the budget the
 plan reports and the published configs (``tests/deploy/configs``), not read back from its table.
 """
