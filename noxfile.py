@@ -348,7 +348,8 @@ nox.options.sessions.append("docs")  # last: its --help checks use the cells' en
 @nox.session(default=False)
 def demo(session: nox.Session) -> None:
     """The main job: vllm serve a tiny local model with the plugin, one request
-    (posargs go to tools/demo.py; --model-kind all runs the three models)."""
+    (posargs go to tools/demo.py; --model-kind all runs the three models; --compare serves it stock,
+    then with the plugin, and draws both: the plot extra is installed)."""
     models = ["llama", "qwen3_next", "deepseek_v2"]
     args, kind = list(session.posargs), "llama"
     for i, arg in enumerate(args):
@@ -361,7 +362,7 @@ def demo(session: nox.Session) -> None:
     if kind not in (*models, "all"):
         session.error(f"--model-kind {kind!r}: choose one of {', '.join(models)}, all")
     kinds = models if kind == "all" else [kind]
-    _install(session, f"upstream-{RUNS_MODELS[0]}")
+    _install(session, f"upstream-{RUNS_MODELS[0]}", "plot")  # matplotlib for --compare's picture, kept by the sync
     for kind in kinds:
         session.log(f"demo: {kind}")
         session.run("python", str(ROOT / "tools" / "demo.py"), "--model-kind", kind, *args)

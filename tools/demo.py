@@ -1,6 +1,6 @@
 """End-to-end demo: tiny model -> ``vllm serve`` (CPU) -> one completion -> plugin summary.
 
-    python tools/demo.py [--model-kind llama|qwen3_next|deepseek_v2] [--model-dir DIR]
+    python tools/demo.py [--model-kind llama|qwen3_next|deepseek_v2] [--model-dir DIR] [--compare]
                          [--allow-no-plugin] [--keep-model] [--verbose] [-- EXTRA_SERVE_ARGS...]
 
 Steps (every wait is bounded; each long one first prints what it does and how long it takes):
@@ -13,7 +13,11 @@ Steps (every wait is bounded; each long one first prints what it does and how lo
      lines, e.g. its KV cache summary).  None -> message + exit 1, unless
      --allow-no-plugin;
   6. stop the server with SIGINT and wait (then SIGTERM/SIGKILL on its process
-     group if it hangs); print time to ready / request / shutdown.
+     group if it hangs); print time to ready / request / shutdown;
+  7. show the worker's KV cache report (kept: the directory is printed).
+--compare serves the same model twice, stock (KV_STRATEGIES=observe) and with the plugin
+(KV_STRATEGIES=auto, or on when set so), keeps both reports and prints
+`report STOCK PLUGIN` and its picture (`--plot`, which needs matplotlib).
 
 The plugin's state comes from the environment (e.g. ``KV_STRATEGIES=on``).
 Exit codes: 0 ok, 1 no plugin line, 2 server/request failure.
@@ -138,12 +142,15 @@ class Server:
             pass
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="demo.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-kind", default="llama",
                     choices=("llama", "qwen3_next", "deepseek_v2"))
     ap.add_argument("--model-dir", help="use this model instead of building one")
     ap.add_argument("--keep-model", action="store_true", help="do not delete the built model")
+    ap.add_argument("--compare", action="store_true",
+                    help="serve the model stock (KV_STRATEGIES=observe), then with the plugin (auto, or on when "
+                    "KV_STRATEGIES=on), and print `report STOCK PLUGIN` and its picture")
     ap.add_argument("--prompt", default="Paris is the capital of")
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--ready-timeout", type=float, default=300.0)
@@ -156,8 +163,21 @@ def main(argv=None) -> int:
     ap.add_argument("serve_args", nargs=argparse.REMAINDER,
                     help="extra `vllm serve` arguments after `--`")
     args = ap.parse_args(argv)
-    extra = args.serve_args[1:] if args.serve_args[:1] == ["--"] else args.serve_args
+    args.extra = args.serve_args[1:] if args.serve_args[:1] == ["--"] else args.serve_args
+    if args.model_dir and not (Path(args.model_dir) / "config.json").is_file():
+        ap.error(f"--model-dir {args.model_dir}: no config.json there")
+    return args
 
+
+def compare_modes(env: dict[str, str]) -> list[tuple[str, str]]:
+    """``[(side, KV_STRATEGIES)]`` of --compare: stock observed, then the plugin (``on`` when the
+    environment says so, else ``auto``)."""
+    plugin = "on" if env.get("KV_STRATEGIES", "").strip().lower() == "on" else "auto"
+    return [("stock", "observe"), ("plugin", plugin)]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     tmp_model = None
     if args.model_dir:
         model_dir = args.model_dir
@@ -172,24 +192,66 @@ def main(argv=None) -> int:
         print(f"built tiny {args.model_kind} model in {tmp_model} "
               f"({time.perf_counter() - t:.1f} s)", flush=True)
         model_dir = tmp_model
+    name = f"tiny-{args.model_kind}" if not args.model_dir else os.path.basename(model_dir.rstrip("/"))
+    try:
+        if not args.compare:
+            report_dir = os.environ.get("KV_STRATEGIES_REPORT") or tempfile.mkdtemp(prefix="kv-strategies-report-")
+            rc = serve_once(args, model_dir, name, {"KV_STRATEGIES_REPORT": report_dir}, own_model=bool(tmp_model))
+            show_reports([Path(report_dir)])
+            return rc
+        base = Path(os.environ.get("KV_STRATEGIES_REPORT") or tempfile.mkdtemp(prefix="kv-strategies-compare-"))
+        dirs = []
+        for side, mode in compare_modes(os.environ):
+            print(f"==== {side}: KV_STRATEGIES={mode}, the same model {model_dir} ====", flush=True)
+            dirs.append(base / side)
+            rc = serve_once(args, model_dir, name, {"KV_STRATEGIES": mode, "KV_STRATEGIES_REPORT": str(dirs[-1])},
+                            own_model=bool(tmp_model), allow_no_plugin=args.allow_no_plugin)
+            if rc:
+                return rc
+        return show_reports(dirs, plot=base / "memory-maps.png")
+    finally:
+        if tmp_model and not args.keep_model:
+            shutil.rmtree(tmp_model, ignore_errors=True)
 
+
+def show_reports(dirs: list[Path], plot: Path | None = None) -> int:
+    """``report`` of the worker's report in each of ``dirs`` (one: that report; two: stock against the
+    plugin, and with ``plot`` their picture), saying where they are kept."""
+    reports = [d / "kv_cache_report.latest.rank0.json" for d in dirs]
+    missing = [str(r) for r in reports if not r.exists()]
+    if missing:
+        print(f"no KV cache report at {', '.join(missing)}", flush=True)
+        return 1 if len(dirs) > 1 else 0
+    print("KV cache report" + ("s (kept)" if len(dirs) > 1 else " (kept)") + ": " + ", ".join(map(str, reports)), flush=True)
+    command = [sys.executable, "-m", "vllm_kv_strategies", "report", *map(str, dirs)]
+    rc = subprocess.run(command, check=False).returncode
+    if plot is not None:
+        done = subprocess.run([*command, "--plot", str(plot)], check=False, capture_output=True, text=True)
+        if plot.exists():  # its table is the one above
+            print(f"the picture, stock above the plugin (report STOCK PLUGIN --plot): {plot}", flush=True)
+        else:
+            print(f"no picture: {(done.stderr.strip().splitlines() or ['report --plot failed'])[-1]}", flush=True)
+    # report exits 1 when the two differ, which is what --compare shows
+    return 0 if len(dirs) > 1 and rc in (0, 1) else rc
+
+
+def serve_once(args, model_dir: str, name: str, env_updates: dict[str, str], own_model: bool,
+               allow_no_plugin: bool | None = None) -> int:
+    """Steps 2-6 for ``model_dir`` with ``env_updates`` over the environment; the exit code."""
+    allow_no_plugin = args.allow_no_plugin if allow_no_plugin is None else allow_no_plugin
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    name = f"tiny-{args.model_kind}" if not args.model_dir else os.path.basename(model_dir.rstrip("/"))
     cmd = [
         sys.executable, str(HERE / "vllm_cpu_serve.py"), "serve", model_dir,
         "--host", "127.0.0.1", "--port", str(port),
         "--served-model-name", name,
         "--max-model-len", "1024",
         "--enforce-eager",
-        *extra,
+        *args.extra,
     ]
     print("starting:", " ".join(cmd), flush=True)
     print("waiting for the server to answer GET /health (about 30-120 s on 2 cores; --verbose shows its log) ...", flush=True)
-    env = default_env()
-    own_report_dir = not env.get("KV_STRATEGIES_REPORT")  # the user's directory is kept
-    if own_report_dir:
-        env["KV_STRATEGIES_REPORT"] = tempfile.mkdtemp(prefix="kv-strategies-report-")
+    env = {**default_env(), **env_updates}
     rc = 0
     t_start = time.perf_counter()
     server = Server(cmd, env, args.verbose)
@@ -223,7 +285,7 @@ def main(argv=None) -> int:
         choice = resp["choices"][0]
         print(f"completion ({req_s:.2f} s, HTTP {status}): prompt={args.prompt!r}")
         print(f"  text: {choice['text']!r}")
-        if tmp_model:  # the model built here: its answer means nothing
+        if own_model:  # the model built here: its answer means nothing
             print("  (the tiny model has random weights, so this text is noise: it shows that vLLM served the request. "
                   "What the demo shows is below: the plugin's kv_strategies: lines and the KV cache report.)")
         if choice.get("token_ids") is not None:
@@ -236,7 +298,7 @@ def main(argv=None) -> int:
             print(f"plugin log lines ({len(plugin_lines)}):")
             for ln in plugin_lines:
                 print("  " + ln)
-        elif args.allow_no_plugin:
+        elif allow_no_plugin:
             print(f"no '{PLUGIN_TAG}' line in the server log (allowed by --allow-no-plugin)")
         else:
             print(f"ERROR: no '{PLUGIN_TAG}' line in the server log: the vllm-kv-strategies "
@@ -247,15 +309,6 @@ def main(argv=None) -> int:
         stop_s, server_rc = server.stop(args.stop_timeout)
         print(f"server stopped in {stop_s:.1f} s (rc={server_rc}); "
               f"total {time.perf_counter() - t_start:.1f} s", flush=True)
-        if tmp_model and not args.keep_model:
-            shutil.rmtree(tmp_model, ignore_errors=True)
-    report = Path(env["KV_STRATEGIES_REPORT"]) / "kv_cache_report.latest.rank0.json"
-    if report.exists():  # the worker's JSON report, as `python -m vllm_kv_strategies report` shows it
-        kept = "" if not own_report_dir else " (a temporary directory, removed now; KV_STRATEGIES_REPORT=DIR keeps it)"
-        print(f"KV cache report {report}{kept}:")
-        subprocess.run([sys.executable, "-m", "vllm_kv_strategies", "report", str(report)], check=False)
-    if own_report_dir:
-        shutil.rmtree(env["KV_STRATEGIES_REPORT"], ignore_errors=True)
     return rc
 
 

@@ -4,13 +4,14 @@
 # `vllm serve` a tiny local model with the plugin on, send one completion request, print
 # the answer and the plugin's KV cache summary line and report, and stop the server.
 #
-# Usage: tools/demo.sh [--model-kind llama|qwen3_next|deepseek_v2|all] [tools/demo.py options]
+# Usage: tools/demo.sh [--model-kind llama|qwen3_next|deepseek_v2|all] [--compare] [tools/demo.py options]
+#   --compare: the same model served stock (observe), then with the plugin; report STOCK PLUGIN and its picture.
 # Environment: KV_STRATEGIES (default auto) and the plugin's other variables (docs/using.md).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 for a in "$@"; do
   if [[ $a == -h || $a == --help ]]; then
-    sed -n '2,8p' "$0" | cut -c3-; echo; echo "tools/demo.py:"; sed -n '3,19p' "$ROOT/tools/demo.py"
+    sed -n '2,9p' "$0" | cut -c3-; echo; echo "tools/demo.py:"; sed -n '3,23p' "$ROOT/tools/demo.py"
     exit 0
   fi
 done

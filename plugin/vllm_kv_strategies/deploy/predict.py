@@ -13,7 +13,9 @@ size: N tokens, Maximum concurrency for L tokens per request: Cx".
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +43,8 @@ class Prediction:
         refusal: vLLM's own error message when its planner refuses, else None.
         tokens, max_concurrency: what vLLM logs ("KV cache size" /
             "Maximum concurrency"); None when refused.
+        log_lines: before vLLM 0.30, those two lines in the release's own words
+            (:func:`logged_capacity`; "GPU KV cache size: N tokens").
         seconds: wall time of config, model build and planning.
     """
 
@@ -57,6 +61,7 @@ class Prediction:
     ascend: dict[str, Any] | None = None
     tokens: int | None = None
     max_concurrency: float | None = None
+    log_lines: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     #: lines for the headline: arguments given that the plan does not follow (:func:`.cli.notes`)
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -164,7 +169,10 @@ def plan_budget(vllm_config, per_worker: list[dict], budget: int | list[int]) ->
             extra = ()  # vLLM 0.34: the whole model's groups, made first as EngineCore._initialize_kv_caches does
             if "global_kv_cache_groups" in inspect.signature(get_kv_cache_configs).parameters:
                 extra = (planner_function("get_global_kv_cache_groups")(vllm_config, specs),)
-            configs = get_kv_cache_configs(vllm_config, specs, budgets, *extra)
+            _PLANNER_LOG.clear()
+            with recorded(get_kv_cache_configs) as logged:
+                configs = get_kv_cache_configs(vllm_config, specs, budgets, *extra)
+            _PLANNER_LOG.extend(logged)
         except ValueError as exc:
             return [], str(exc)
     for config in configs:
@@ -172,19 +180,74 @@ def plan_budget(vllm_config, per_worker: list[dict], budget: int | list[int]) ->
     return [copy.deepcopy(c) for c in configs], None
 
 
-def capacity_of(vllm_config, workers: list) -> tuple[int | None, float | None]:
-    """:func:`capacity` of the workers' configs as the engine core gives them
-    to its scheduler; ``(None, None)`` where vLLM has no ``get_kv_cache_capacity``
-    (before 0.30 its engine logs the size from a private function)."""
+def capacity_of(vllm_config, workers: list) -> tuple[int | None, float | None, list[str]]:
+    """``(tokens, maximum concurrency, log lines)``: :func:`capacity` of the workers' configs as
+    the engine core gives them to its scheduler; before 0.30, which has no ``get_kv_cache_capacity``,
+    the lines its planner logs, in its words, and their numbers (:func:`logged_capacity`)."""
     if not workers or not workers[0].kv_cache_groups:
-        return None, None
+        return None, None, []
     try:
         get_capacity = planner_function("get_kv_cache_capacity")
     except ImportError:
-        return None, None
+        lines = logged_capacity(vllm_config, workers[0])
+        tokens = next((m for m in map(_SIZE.search, lines) if m), None)
+        concurrency = next((m for m in map(_CONCURRENCY.search, lines) if m), None)
+        return (int(tokens[1].replace(",", "")) if tokens else None), (float(concurrency[1]) if concurrency else None), lines
     scheduler_config = planner_function("generate_scheduler_kv_cache_config")(workers)
     tokens, concurrency = get_capacity(vllm_config, scheduler_config)
-    return int(tokens), float(concurrency)
+    return int(tokens), float(concurrency), []
+
+
+_SIZE = re.compile(r"KV cache size: ([\d,]+) tokens")
+_CONCURRENCY = re.compile(r"[Cc]oncurrency for [\d,]+ tokens per request: ([\d.]+)x")
+
+
+#: The capacity lines vLLM's planner logged while :func:`plan_budget` last planned (vLLM 0.11 logs them
+#: per worker inside ``get_kv_cache_config_from_groups``, before the workers' num_blocks are unified).
+_PLANNER_LOG: list[str] = []
+
+
+@contextlib.contextmanager
+def recorded(function):
+    """While the block runs, each line the logger of ``function``'s module is given (every logging
+    method: ``info_once(..., scope=...)`` too) is also recorded in the list yielded; put back after."""
+    lines: list[str] = []
+    namespace = function.__globals__
+    if "logger" not in namespace:
+        yield lines
+        return
+    saved = namespace["logger"]
+
+    class Recorder:
+        def __getattr__(self, name):
+            def log(msg, *args, **kwargs):
+                lines.append(str(msg) % args if args else str(msg))
+                return getattr(saved, name)(msg, *args, **kwargs)
+
+            return log
+
+    namespace["logger"] = Recorder()
+    try:
+        yield lines
+    finally:
+        namespace["logger"] = saved
+
+
+def logged_capacity(vllm_config, kv_cache_config) -> list[str]:
+    """The "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per request: Cx"
+    lines vLLM logs at start-up, in its words: what its ``_report_kv_cache_config`` logs for
+    ``kv_cache_config`` (the first worker's, as ``get_kv_cache_configs`` logs it once; 0.13+), else
+    the first two its planner logged while planning (0.11); empty where it logs neither."""
+    try:
+        report = planner_function("_report_kv_cache_config")
+    except ImportError:
+        lines = list(_PLANNER_LOG)
+    else:
+        with recorded(report) as lines:
+            report(vllm_config, kv_cache_config)
+    size = next((line for line in lines if _SIZE.search(line)), None)
+    concurrency = next((line for line in lines if _CONCURRENCY.search(line)), None)
+    return [line for line in (size, concurrency) if line]
 
 
 def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None,
@@ -223,7 +286,7 @@ def predict(vllm_config, budget_for: Callable[[Any, int], Budget], progress=None
     workers, refusal = plan_budget(vllm_config, per_worker, budgets if len(set(budgets)) > 1 else budgets[0])
     prediction = Prediction(vllm_config, budget, workers, per_worker, stages, params, param_bytes, refusal)
     prediction.stage_budgets = stage_budgets
-    prediction.tokens, prediction.max_concurrency = capacity_of(vllm_config, workers)
+    prediction.tokens, prediction.max_concurrency, prediction.log_lines = capacity_of(vllm_config, workers)
     if sides is not None and workers and workers[0].kv_cache_groups:
         prediction.sides = [sides(vllm_config, config, stages[w // tp]["layers"], stages[w // tp]["shared"])
                             for w, config in enumerate(workers)]

@@ -103,7 +103,9 @@ def table(prediction, model_dir: str) -> str:
             lines.append(f"{worker:>4} {pp:>3} {tp:>3} {row['id']:>5} {row['kind']:28} {row['layers']:>6} "
                          f"{row['block_size']:>6} {row['page_bytes']:>12,} {row['num_blocks']:>11,} {row['token_slots']:>12,}")
     lines += [""] + stage_lines(prediction)
-    if prediction.tokens is not None:
+    if prediction.log_lines:  # before vLLM 0.30: the release's own two lines
+        lines.append("vLLM would log: " + ", ".join(prediction.log_lines))
+    elif prediction.tokens is not None:
         lines.append(f"vLLM would log: KV cache size: {prediction.tokens:,} tokens, Maximum concurrency for "
                      f"{prediction.vllm_config.model_config.max_model_len:,} tokens per request: {prediction.max_concurrency:.2f}x")
         engines = prediction.vllm_config.parallel_config.data_parallel_size
@@ -172,7 +174,8 @@ def ascend_lines(prediction) -> list[str]:
                          else f"  vLLM refuses (its own words): {side.refusal}")
             continue
         blocks = ", ".join(sorted({f"{row['kind']} {row['block_size']}" for row in group_rows(side.workers[0])}))
-        capacity = (f"; vLLM would log KV cache size: {side.tokens:,} tokens ({side.max_concurrency:.2f}x)"
+        capacity = ("; vLLM would log: " + ", ".join(side.log_lines) if side.log_lines else
+                    f"; vLLM would log KV cache size: {side.tokens:,} tokens ({side.max_concurrency:.2f}x)"
                     if side.tokens is not None else f"; {_slots(side):,} token slots per attention group" if _slots(side) else "")
         lines.append(f"  num_blocks {side.num_blocks:,} (block size: {blocks}){capacity}")
         if side.plugin_refusal:

@@ -101,6 +101,12 @@ def stood_in() -> list[str]:
     return list(_NAMES)
 
 
+def note(name: str) -> None:
+    """Name one more stand-in (a layer stood in by a platform's plan) in :func:`line`, once."""
+    if name not in _NAMES:
+        _NAMES.append(name)
+
+
 def line() -> str | None:
     """The one line plan prints about its stand-ins, or None."""
     if not _NAMES:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from vllm_kv_strategies.platforms.ascend import facts
 from vllm_kv_strategies.errors import KVStrategiesError, StockWouldFailError
 from vllm_kv_strategies.deploy import model as deploy_model
-from vllm_kv_strategies.platforms.ascend.plan_worker import fresh_graph_params, worker_patches
+from vllm_kv_strategies.platforms.ascend.plan_worker import fresh_graph_params, planning_routed_experts, worker_patches
 from vllm_kv_strategies.deploy.budget import Budget
 
 
@@ -73,6 +73,7 @@ class Side:
     not_planned: bool = False
     tokens: int | None = None
     max_concurrency: float | None = None
+    log_lines: list[str] = dataclasses.field(default_factory=list)  #: before vLLM 0.30: its two lines, its words
     memory_map: dict | None = None  #: the first worker's KV cache as built, for plan --plot (:mod:`.plan_map`)
 
     @property
@@ -87,7 +88,7 @@ class Side:
         return {
             "available_bytes_per_worker": self.available, "budget_bytes_per_worker": self.budget, "budget_scale": self.scale, "refusal": self.refusal,
             "num_blocks": self.num_blocks, "block_sizes": self.block_sizes, "tokens": self.tokens,
-            "max_concurrency": self.max_concurrency, "bytes_allocated_per_worker": self.allocated,
+            "max_concurrency": self.max_concurrency, "vllm_log": self.log_lines, "bytes_allocated_per_worker": self.allocated,
             "plugin_refusal": self.plugin_refusal, "stock_would_fail": self.stock_would_fail,
             "build_error": self.build_error, "not_planned": self.not_planned,
         }
@@ -248,7 +249,7 @@ def plan_side(name: str, vllm_config, budget_for: Callable[[Any, int], Budget], 
         workers, refusal = predict.plan_budget(vllm_config, per_worker, stepped)
         side = Side(name, vllm_config, budget.bytes, stepped[0], stepped[0] / budget.bytes if budget.bytes > 0 else 1.0, workers, refusal)
         prediction = predict.Prediction(vllm_config, budget, workers, per_worker, stages, params, param_bytes, refusal)
-        side.tokens, side.max_concurrency = predict.capacity_of(vllm_config, workers)
+        side.tokens, side.max_concurrency, side.log_lines = predict.capacity_of(vllm_config, workers)
         if not workers:
             return side, prediction
         if progress is not None:
@@ -283,8 +284,9 @@ def predict_ascend(engine_args, budget_for: Callable[[Any, int], Budget], progre
         with patches(plugin=name == "plugin"):
             configs[name] = predict.engine_config(copy.deepcopy(engine_args))
     worker_patches()
-    stock, _ = plan_side("stock", configs["stock"], budget_for, progress)
-    plugin, prediction = plan_side("plugin", configs["plugin"], budget_for, progress)
-    prediction.tokens, prediction.max_concurrency = plugin.tokens, plugin.max_concurrency
+    with planning_routed_experts():
+        stock, _ = plan_side("stock", configs["stock"], budget_for, progress)
+        plugin, prediction = plan_side("plugin", configs["plugin"], budget_for, progress)
+    prediction.tokens, prediction.max_concurrency, prediction.log_lines = plugin.tokens, plugin.max_concurrency, plugin.log_lines
     prediction.ascend = {"stock": stock, "plugin": plugin}
     return prediction

@@ -1,7 +1,9 @@
 """What an ``NPUWorker`` process sets up before plan builds a side's model and
 KV cache in it: vllm-ascend's worker patches and the custom op a KV cache
-depends on (:func:`worker_patches`), and its per-process ACL graph parameters
-cleared for each side's KV cache initialisation (:func:`fresh_graph_params`).
+depends on (:func:`worker_patches`), its per-process ACL graph parameters
+cleared for each side's KV cache initialisation (:func:`fresh_graph_params`),
+and, for planning only, vLLM's routed experts taking the keywords vllm-ascend's
+MoE factory passes to its own (:func:`planning_routed_experts`).
 """
 
 from __future__ import annotations
@@ -62,3 +64,42 @@ def fresh_graph_params():
     finally:
         for name, value in saved.items():
             setattr(module, name, value)
+
+
+@contextlib.contextmanager
+def planning_routed_experts():
+    """While the block runs, vLLM's ``RoutedExperts`` (a pluggable layer, 0.30+) is built through a
+    stand-in that drops the keywords its ``__init__`` does not take, where no out-of-tree class
+    replaces it: vllm-ascend's MoE factory (``patch_fused_moe``) passes ``n_shared_experts`` for its
+    ``AscendRoutedExperts``, a custom op plan does not register (:func:`worker_patches`), and vLLM
+    0.30.0's ``RoutedExperts`` refuses it. The experts' parameters are vLLM's own, on the meta
+    device; they hold no KV cache. Named in plan's stand-ins line when it drops one; unregistered after."""
+    import inspect
+
+    try:
+        from vllm.model_executor import custom_op
+        from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    except ImportError:  # before vLLM 0.30: no pluggable routed experts
+        yield
+        return
+    registry = getattr(custom_op, "op_registry_oot", None)
+    parameters = inspect.signature(RoutedExperts.__init__).parameters
+    if registry is None or "RoutedExperts" in registry or any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        yield
+        return
+    from vllm_kv_strategies.deploy import standins
+
+    class PlanningRoutedExperts(RoutedExperts):
+        def __init__(self, *args, **kwargs):
+            dropped = sorted(set(kwargs) - set(parameters))
+            if dropped:
+                standins.note(f"vLLM's RoutedExperts without {', '.join(dropped)} (vllm-ascend's MoE factory passes "
+                              "them to its AscendRoutedExperts, an NPU custom op; the experts hold no KV cache)")
+            super().__init__(*args, **{k: v for k, v in kwargs.items() if k in parameters})
+
+    registry["RoutedExperts"] = PlanningRoutedExperts
+    try:
+        yield
+    finally:
+        if registry.get("RoutedExperts") is PlanningRoutedExperts:
+            del registry["RoutedExperts"]
