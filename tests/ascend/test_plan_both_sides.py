@@ -55,10 +55,10 @@ def test_readme_qwen3_next_example_plans_both_sides(tmp_path):
     """The README's third plan example. Qwen3-Next's 48 layers make 4 groups of 12 (full attention and
     three of GDN state); a request of 32,768 tokens takes cdiv(32,768, attention block) attention blocks
     and a state block per GDN group (two on 0.30, whose planner keeps a second for the running state),
-    so vLLM's concurrency is num_blocks / that and its tokens that x 32,768 (measured on 0.23: 2,614
-    blocks of 512 -> 67 a request -> 1,278,441 tokens; on 0.30: 3,568 of 384 -> 92 -> 1,270,828). 0.13 logs
-    num_blocks // 4 groups x the attention block instead: 342,528 on both sides (stock 3,568 blocks of 384,
-    the plugin 2,676 of 512), with each side's concurrency (40.09x, 39.94x)."""
+    so vLLM's concurrency is num_blocks / that and its tokens that x 32,768 (measured on 0.23 with the
+    2 GiB overhead plan subtracted before it computed the terms: 2,614 blocks of 512 -> 67 a request ->
+    1,278,441 tokens). 0.13 logs num_blocks // 4 groups x the attention block instead (with the computed
+    terms: stock 3,477 blocks of 384 -> 333,696 tokens, 39.07x; the plugin 2,607 of 512 -> 333,312, 38.91x)."""
     result, data = plan(tmp_path, "qwen3-next-80b-a3b", "--tensor-parallel-size", "4", "--max-model-len", "32768",
                         "--device", "910b-64g", "--gpu-memory-utilization", "0.9")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -70,7 +70,7 @@ def test_readme_qwen3_next_example_plans_both_sides(tmp_path):
         if RELEASE in ((0, 23), (0, 30)):
             per_request = -(-32768 // attention) + 3 * (2 if RELEASE >= (0, 30) else 1)
             assert side["tokens"] == int(side["num_blocks"] / per_request * 32768)
-        elif RELEASE == (0, 13):  # 0.13 logs num_blocks // groups x the smallest block: 3,568 // 4 x 384 = 342,528
+        elif RELEASE == (0, 13):  # 0.13 logs num_blocks // groups x the smallest block: 3,477 // 4 x 384 = 333,696
             assert side["tokens"] == side["num_blocks"] // 4 * attention
     plugin = data["ascend"]["plugin"]
     assert (data["tokens"], data["max_concurrency"]) == (plugin["tokens"], plugin["max_concurrency"])
