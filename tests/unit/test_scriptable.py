@@ -56,7 +56,9 @@ def test_doctor_json_on_stdout_and_vllm_lines_off_it(tmp_path):
     assert (facts["kind"], facts["active"], facts["exit"], facts["mode"]) == ("doctor", True, 0, "auto")
     assert all(all(t["attributes"].values()) for t in facts["patch_targets"])
     assert proc.stderr.splitlines()[-1] == "KV_STRATEGIES=auto: the plugin would patch the runner"
-    assert " INFO " in proc.stderr and "Resolved architecture: LlamaForCausalLM" in proc.stderr
+    assert " INFO " not in proc.stdout
+    if facts["runner"]["cannot_start"] is None:  # vLLM makes the engine config here (not 0.34 without triton-cpu)
+        assert " INFO " in proc.stderr and "Resolved architecture: LlamaForCausalLM" in proc.stderr
 
 
 def test_report_json_one_and_two(reports, capsys):  # noqa: F811

@@ -32,8 +32,9 @@ class RunnerChoice:
     refused: str | None = None
 
 
-def _engine_config(engine_args: list[str]):
-    """vLLM's ``VllmConfig`` for the engine options, or the one-line reason vLLM refuses them."""
+def _engine_config(engine_args: list[str], parse_only: bool = False):
+    """vLLM's ``VllmConfig`` for the engine options (``parse_only``: their parsed namespace, where
+    vLLM cannot make a config on this machine), or the one-line reason vLLM refuses them."""
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -44,7 +45,8 @@ def _engine_config(engine_args: list[str]):
 
     parser.error = error
     try:
-        return EngineArgs.from_cli_args(parser.parse_args(engine_args)).create_engine_config()
+        parsed = parser.parse_args(engine_args)
+        return parsed if parse_only else EngineArgs.from_cli_args(parsed).create_engine_config()
     except Exception as exc:  # vLLM's own refusal of the options, said in one line
         return f"vLLM refuses the engine options given ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
 
@@ -58,8 +60,9 @@ def _without_v1(engine_args: list[str], vllm_version: str | None) -> RunnerChoic
     if current_platform.is_cpu() and current_platform.get_cpu_architecture() == CpuArchEnum.X86 and not HAS_TRITON:
         cannot_start = (f"vLLM {vllm_version} cannot start on this machine: its CPU platform needs Triton "
                         "(triton-cpu) on x86, and none is installed; the answers below are the plugin's")
-    refused = _engine_config(engine_args) if engine_args and cannot_start is None else None
-    refused = refused if isinstance(refused, str) else None  # the options, where vLLM can start here at all
+    # the options vLLM's parser refuses, and where vLLM can start here the config it refuses
+    refused = _engine_config(engine_args, parse_only=cannot_start is not None) if engine_args else None
+    refused = refused if isinstance(refused, str) else None
     if not current_platform.is_cpu():
         return RunnerChoice(facts.V2.runner, facts.V2, f"{removed}: its GPU runner is V2", cannot_start, refused)
     if current_platform.uses_standalone_cpu_model_runner():
