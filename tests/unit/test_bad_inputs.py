@@ -303,3 +303,38 @@ def test_cheap_checks_come_before_vllm_s_import():
         "plan: error: --kv-cache-memory-bytes 1e+30: more bytes than any card holds per worker (the largest plan knows: "
         "mi300x, AMD Instinct MI300X 192GB, 206,136,955,371 bytes); a larger card: give its memory too "
         "(--device-memory-gib GIB)"]
+
+
+def test_a_plan_and_a_run_of_one_model_under_other_names_are_compared(plan_file, reports):  # noqa: F811
+    """The plan of a directory named ``model`` against a run whose report names the model otherwise (a
+    model served from another path, or by its repo id): the same KV cache layers make it the same model,
+    so report compares them; a report of other layers under another name is refused (new-user review:
+    ``configs/llama-3-70b`` against ``meta-llama/Meta-Llama-3-70B`` was refused)."""
+    from vllm_kv_strategies.report import plan_file as plans
+    from vllm_kv_strategies.report.schema import ReportError
+
+    plan = plans.load(str(plan_file))
+    layers = {name for group in plan["ranks"][0]["groups"] for name in group["layers"]}
+    report = {"model": "someone/Another-Name", "totals": {"rank": 0}, "layers": {name: {} for name in layers}}
+    plans.check_same_model(plan, "PLAN", report, "RUN")  # same layers: compared
+    report["layers"] = {name: {} for name in sorted(layers)[:-1]}
+    with pytest.raises(ReportError, match="refusing to compare two different models"):
+        plans.check_same_model(plan, "PLAN", report, "RUN")
+    report["model"] = "/elsewhere/MODEL"  # the directory's name, case aside: the same model
+    plans.check_same_model(plan, "PLAN", report, "RUN")
+
+
+def test_device_list_as_json(capsys, tmp_path):
+    """``plan --device list --json -``: the cards as JSON alone on stdout (was the text table, exit 0); into
+    a file with ``--json OUT``; an unwritable OUT is one line, exit 2. No vLLM needed."""
+    from vllm_kv_strategies.deploy.budget import DEVICES
+
+    assert cli.run(["--device", "list", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["kind"] == "devices" and {d["name"] for d in data["devices"]} == set(DEVICES)
+    h100 = next(d for d in data["devices"] if d["name"] == "h100-80g")
+    assert (h100["bytes"], h100["platform"]) == (DEVICES["h100-80g"].bytes, "cuda")
+    assert cli.run(["--device", "list", "--json", str(tmp_path / "cards.json")]) == 0
+    assert json.loads((tmp_path / "cards.json").read_text()) == data
+    got, out, err = ran(capsys, lambda: cli.run(["--device", "list", "--json", "/nonexistent/dir/c.json"]))
+    assert_one_line(got, out, err, 2, "--json /nonexistent/dir/c.json: cannot write")

@@ -70,9 +70,9 @@ def run(argv: list[str], verbosity: int = 0) -> int:
     """The command; returns its exit status. ``verbosity``: -1 quiet, 1 / 2 verbose (:mod:`.output`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     argv = join_negative_values(argv)
-    if device_list(argv):  # before anything else is read
-        return 0
     try:
+        if device_list(argv):  # before anything else is read
+            return 0
         known = own_parser().parse_known_args(argv)[0] if not any(a.startswith(("-h", "--help")) for a in argv) else None
         verbosity = -1 if known and known.quiet else (max(verbosity, 1) if known and known.verbose else verbosity)
         with output.command(verbosity, known and known.json_out, default_level="ERROR"):  # vLLM's lines: stderr

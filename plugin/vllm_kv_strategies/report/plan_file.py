@@ -78,12 +78,19 @@ def load(path: str | os.PathLike) -> dict:
 
 
 def check_same_model(plan: dict, plan_path: str, report: dict, report_path: str) -> None:
-    """:class:`ReportError` when the run's report names another model than the plan: the last
-    component of each name differs (a model directory planned on one machine and served from
-    another path, or as its Hugging Face repo id, is the same model)."""
+    """:class:`ReportError` when the run's report is of another model than the plan: the names'
+    last components differ (case aside) and so do the KV cache layers, the plan's for the run's
+    rank against the report's. A model directory planned on one machine and served from another
+    path, or as its Hugging Face repo id, is the same model: its name ends alike or its layers
+    are the same."""
     def last(name: Any) -> str:
-        return os.path.basename(str(name).rstrip("/\\"))
+        return os.path.basename(str(name).rstrip("/\\")).lower()
 
+    rank = (report.get("totals") or {}).get("rank", 0)
+    planned = {name for entry in plan.get("ranks") or [] if entry.get("rank") == rank
+               for group in entry.get("groups", []) for name in group.get("layers", [])}
+    if planned and planned == set(report.get("layers") or {}):
+        return
     if plan.get("model") and report.get("model") and last(plan["model"]) != last(report["model"]):
         raise ReportError(f"the plan ({plan_path}) is of model {plan['model']!r} and the run ({report_path}) of model "
                           f"{report['model']!r}: refusing to compare two different models (--allow-different-models "
