@@ -42,7 +42,7 @@ PLAN = [
     ("gpu-util-nan", ["M", "--device", "h100-80g", "--gpu-memory-utilization", "nan"], 2,
      "--gpu-memory-utilization nan: the fraction"),
     ("gpu-util-word", ["M", "--device", "h100-80g", "--gpu-memory-utilization", "most"], 2,
-     re.compile(r"argument --gpu-memory-utilization/--device-memory-utilization: (invalid float value: 'most'"
+     re.compile(r"argument --gpu-memory-utilization(/--device-memory-utilization)?: (invalid float value: 'most'"
                 r"|Value most cannot be converted to <class 'float'>)")),  # vLLM 0.30 - 0.32's parser | 0.33 / 0.34's
     ("memory-negative", ["M", "--device-memory-gib", "-1.5"], 2, "--device-memory-gib -1.5: must be positive"),
     ("overhead-negative", ["M", "--overhead-gib", "-0.5", "--device", "h100-80g"], 2,

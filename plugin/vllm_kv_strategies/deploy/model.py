@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 import tempfile
 from typing import Any
 
@@ -68,7 +69,7 @@ def _init_groups(vllm_config) -> None:
         init_distributed_environment,
     )
 
-    with set_current_vllm_config(vllm_config):
+    with set_current_vllm_config(vllm_config), _stdout_with_fileno():
         if not _DISTRIBUTED:
             with tempfile.NamedTemporaryFile(prefix="kv_plan_dist_", delete=False) as f:
                 init_method = f"file://{f.name}"
@@ -77,6 +78,25 @@ def _init_groups(vllm_config) -> None:
             _DISTRIBUTED.append(True)
         destroy_model_parallel()
         ensure_model_parallel_initialized(1, 1)
+
+
+@contextlib.contextmanager
+def _stdout_with_fileno():
+    """vLLM 0.30 / 0.31's ``GroupCoordinator`` silences stdout through its file descriptor
+    (``suppress_stdout``): where ``sys.stdout`` has none (a notebook, pytest's capsys), the process's
+    own stdout stands in while the groups are made (was: "could not build ... UnsupportedOperation: fileno")."""
+    try:
+        sys.stdout.fileno()
+        has_fileno = True
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation
+        has_fileno = False
+    saved = sys.stdout
+    if not has_fileno:
+        sys.stdout = sys.__stdout__
+    try:
+        yield
+    finally:
+        sys.stdout = saved
 
 
 def _remove(path: str) -> None:
