@@ -148,10 +148,10 @@ def test_plan_bytes_equal_the_benchmarks(tmp_path):
     spec.loader.exec_module(bench)
     budget = 200_000_000
     args = ["--tensor-parallel-size", "4", "--max-model-len", "4096", "--kv-cache-memory-bytes", str(budget)]
-    if RELEASE >= (0, 23):  # 31 blocks: the 0.23 runner's own build refuses 128 sequences, and so does plan (exit 1)
+    if RELEASE >= (0, 23):  # 31 blocks: the 0.23 runner's own build refuses vllm serve's 256 sequences, and so does plan (exit 1)
         result, data = plan(tmp_path, "qwen3-next-80b-a3b", *args)
         assert result.returncode == 1 and data["ascend"]["plugin"]["build_error"] == (
-            "ValueError: max_num_seqs (128) exceeds available Mamba cache blocks (31). Each decode sequence requires "
+            "ValueError: max_num_seqs (256) exceeds available Mamba cache blocks (31). Each decode sequence requires "
             "one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 31 or "
             "increase gpu_memory_utilization.")
     result, data = plan(tmp_path, "qwen3-next-80b-a3b", *args, "--max-num-seqs", "16")
