@@ -88,32 +88,25 @@ def own_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 def device_list(argv: list[str]) -> bool:
     """``--device list``: the cards, their memory and where the figure comes from (with ``--json OUT``
-    as JSON, ``-``: stdout). Returns whether it printed them.
+    as JSON, ``-``: stdout, written as every command writes its JSON: :class:`.output.Output`).
+    Returns whether it answered.
 
     Raises:
         BadInput: ``--json OUT`` cannot be written."""
-    if not any(a.lower() in ("list", "--device=list") for a in argv) or not (
-            "--device=list" in [a.lower() for a in argv] or any(
-                a == "--device" and b.lower() == "list" for a, b in zip(argv, argv[1:]))):
+    lowered = [a.lower() for a in argv]
+    if "--device=list" not in lowered and not any(a == "--device" and b == "list" for a, b in zip(lowered, lowered[1:])):
         return False
-    import json
-
     from vllm_kv_strategies.deploy.budget import DEVICES
+    from vllm_kv_strategies.deploy.inputs import check_writable
+    from vllm_kv_strategies.deploy.output import STDOUT, Output
 
     out = next((b for a, b in zip(argv, argv[1:]) if a == "--json"), None) or next(
         (a.split("=", 1)[1] for a in argv if a.startswith("--json=")), None)
-    if out is not None:  # the cards as JSON: on stdout for "-", else into the file
-        cards = [{"name": n, "gib": c.gib, "bytes": c.bytes, "platform": c.platform, "card": c.what, "source": c.source}
-                 for n, c in sorted(DEVICES.items())]
-        text = json.dumps({"kind": "devices", "devices": cards}, indent=2)
-        from vllm_kv_strategies.deploy.inputs import check_writable
-
-        check_writable("--json", None if out == "-" else out)
-        if out == "-":
-            print(text)
-        else:
-            with open(out, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+    if out is not None:
+        check_writable("--json", None if out == STDOUT else out)
+        Output(json_path=out).json({"kind": "devices", "devices": [
+            {"name": n, "gib": c.gib, "bytes": c.bytes, "platform": c.platform, "card": c.what, "source": c.source}
+            for n, c in sorted(DEVICES.items())]})
         return True
     print(f"{'NAME':10} {'GiB':>7} {'platform':8} card; source of the memory figure")
     for name, card in sorted(DEVICES.items()):

@@ -51,10 +51,9 @@ SCAN_CHUNK = 64
 #: the collective's buffers, allocated on its first all-reduce in the profile run), bytes, by
 #: (platform, tensor parallel > 1). CUDA: "non-torch forward increase memory" of vLLM 0.19 on H100s:
 #: 0.25-0.27 GiB in the six TP 1 logs, 2.07-2.17 GiB in the five TP 2 / TP 4 logs (llm-d-planner's);
-#: ROCm is given CUDA's. NPU: 0.03 GiB at TP 1 (vllm-ascend's quickstart log on an A3); at TP > 1
+#: ROCm and any other platform take CUDA's. NPU: 0.03 GiB at TP 1 (vllm-ascend's quickstart log on an A3); at TP > 1
 #: HCCL's buffers are taken as NCCL's.
 RUNTIME = {("cuda", False): round(0.25 * GIB), ("cuda", True): round(2.1 * GIB),
-           ("rocm", False): round(0.25 * GIB), ("rocm", True): round(2.1 * GIB),
            ("npu", False): round(0.03 * GIB), ("npu", True): round(2.1 * GIB)}
 #: vllm-ascend before 0.18 (``NPUWorker.determine_available_memory`` of worker_v1.py, 0.9 - 0.13)
 #: subtracts every byte on the device outside torch, the NPU context included, not what grew since
@@ -93,11 +92,11 @@ class Engine:
     def runtime(self) -> tuple[int, str]:
         """(bytes, source) of the runtime's own memory (:data:`RUNTIME`, :data:`NPU_WHOLE_DEVICE`)."""
         parallel = self.tp > 1
-        value = RUNTIME.get((self.platform, parallel), RUNTIME[("cuda", parallel)])
-        source = f"{self.platform} workspaces and kernels' code" + (", the collective's buffers (TP > 1)" if parallel else "")
         if self.platform == "npu" and not parallel and Version(self.vllm) < Version("0.18"):
             return NPU_WHOLE_DEVICE, "the NPU's memory outside torch, context included (vllm-ascend < 0.18 counts it all)"
-        return value, source + ", as startup logs measure it"
+        return RUNTIME.get((self.platform, parallel), RUNTIME[("cuda", parallel)]), (
+            f"{self.platform} workspaces and kernels' code" + (", the collective's buffers (TP > 1)" if parallel else "")
+            + ", as startup logs measure it")
 
     @property
     def subtracts_graphs(self) -> bool:
