@@ -78,6 +78,7 @@ else:
         "test_zoo.py",
         "test_plan_ascend.py",
         "test_plan_both_sides.py",
+        "test_plan_hccl.py",
         "test_within_config.py",
         "test_install_in_image.py",
         "test_device_as_stock.py",

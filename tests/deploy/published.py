@@ -19,7 +19,7 @@ import statistics
 import tomllib
 from pathlib import Path
 
-from vllm_kv_strategies.deploy import overhead
+from vllm_kv_strategies.deploy import hccl, overhead
 from vllm_kv_strategies.deploy.budget import DEFAULT_OVERHEAD_GIB, DEVICES, GIB
 
 HERE = Path(__file__).resolve().parent
@@ -142,7 +142,14 @@ class Log:
         return overhead.Engine(platform, release.group(1) if release else NEWEST, e.get("tensor_parallel_size", 1),
                                e.get("pipeline_parallel_size", 1), tokens, seqs, graphs, largest,
                                samples=e.get("pipeline_parallel_size", 1) == 1,
-                               expert_parallel=bool(e.get("enable_expert_parallel")), dp=e.get("data_parallel_size", 1))
+                               expert_parallel=bool(e.get("enable_expert_parallel")), dp=e.get("data_parallel_size", 1),
+                               hccl_buffsize=e.get("hccl_buffsize", hccl.HCCL_DEFAULT_BUFFSIZE), soc=self.ascend_family)
+
+    @property
+    def ascend_family(self) -> str:
+        """vllm-ascend's device family of the log's card (``hccl.SOC_FAMILY``'s names): ``A3`` (910C), ``310P``, else ``A2`` (910B)."""
+        card = self.data["card"]
+        return "A3" if "A3" in card or "910C" in card else "310P" if "310P" in card or "300I" in card else "A2"
 
     def estimates(self) -> tuple[int, int]:
         """(today's constant's estimate, the computed terms' estimate), bytes: device memory x

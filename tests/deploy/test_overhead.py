@@ -4,12 +4,13 @@ vLLM configures it (its capture sizes, its server defaults)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 import published
-from vllm_kv_strategies.deploy import cli, overhead
+from vllm_kv_strategies.deploy import cli, hccl, overhead
 from vllm_kv_strategies.deploy.shape import Shape
 
 GIB = 2**30
@@ -76,3 +77,55 @@ def test_plan_for_an_h100_computes_the_terms_from_vllms_config(tmp_path, capsys)
     assert data["budget"]["bytes_per_worker"] == int(terms["device memory"]["value"] * 0.92) - sum(
         t["value"] for name, t in terms.items() if name not in ("device memory", "utilisation"))
     assert "max num seqs 1024" in out
+
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize(("release", "soc", "expert_parallel", "tp", "dp", "model", "mc2"), [
+    ("0.30.0", "A2", True, 8, 2, "deepseek-v4-flash", True),  # the Mooncake #2827 prefill: 16 ranks, 16 experts each
+    ("0.30.0", "A2", True, 1, 8, "deepseek-v3", False),  # A2 below 16 ranks: all-gather
+    ("0.30.0", "A3", True, 1, 8, "deepseek-v3", True),  # A3: MC2 at any expert-parallel size
+    ("0.30.0", "A2", False, 16, 1, "deepseek-v3", False),  # no expert parallel: all-gather
+    ("0.30.0", "A2", True, 16, 1, "qwen3-next-80b-a3b", False),  # 512 experts / 16 = 32 a rank > 24 (0.18+)
+    ("0.13.0", "A2", True, 16, 1, "qwen3-next-80b-a3b", True),  # 0.13 counts ranks only
+    ("0.30.0", "310P", True, 8, 2, "deepseek-v3", False),  # 310P: all-gather always
+    ("0.30.0", "A3", True, 1, 1, "deepseek-v3", False),  # one rank
+    ("0.30.0", "A3", True, 8, 2, "qwen3-32b", False),  # dense: no MoE dispatch
+])
+def test_hccl_buffsize_sizes_the_mc2_communicator(release, soc, expert_parallel, tp, dp, model, mc2):
+    """HCCL_BUFFSIZE=1024 on the NPU: where vllm-ascend's profile runs MC2, its communicator holds
+    2 x 1024 MB where the runtime figure holds 2 x 200 (CANN: each communicator 2 x HCCL_BUFFSIZE),
+    a term of its own, 2 x 824 MiB; nowhere else, and never at the default size or off the NPU."""
+    shape = Shape.from_config(published.full_config(model))
+    engine = overhead.Engine("npu", release, tp, expert_parallel=expert_parallel, dp=dp, hccl_buffsize=1024, soc=soc)
+    assert hccl.runs_mc2(shape, engine) is mc2
+    terms = {name: (value, source) for name, value, source in overhead.terms(shape, engine)}
+    assert terms.get("hccl buffers", (0, ""))[0] == (2 * 824 * MIB if mc2 else 0)
+    if mc2:
+        assert terms["hccl buffers"][1].startswith("HCCL_BUFFSIZE=1024: ")
+    default = dataclasses.replace(engine, hccl_buffsize=hccl.HCCL_DEFAULT_BUFFSIZE)
+    assert "hccl buffers" not in {name for name, _, _ in overhead.terms(shape, default)}
+    assert hccl.mc2_buffers(shape, dataclasses.replace(engine, platform="cuda")) == 0
+
+
+def test_a_smaller_hccl_buffsize_gives_back_memory():
+    shape = Shape.from_config(published.full_config("deepseek-v3"))
+    engine = overhead.Engine("npu", "0.30.0", 16, expert_parallel=True, hccl_buffsize=50)
+    assert hccl.mc2_buffers(shape, engine) == -2 * 150 * MIB
+
+
+@pytest.mark.parametrize(("value", "mb"), [(None, 200), ("", 200), (" 1024 ", 1024), ("1", 1), ("2560", 2560)])
+def test_hccl_buffsize_from_the_environment(value, mb):
+    assert hccl.buffsize_from_env({} if value is None else {"HCCL_BUFFSIZE": value}) == mb
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5", "1e3"])
+def test_a_bad_hccl_buffsize_is_named(value):
+    with pytest.raises(ValueError, match=f"HCCL_BUFFSIZE='{value}': CANN takes a whole number of MB, at least 1"):
+        hccl.buffsize_from_env({"HCCL_BUFFSIZE": value})
+
+
+@pytest.mark.parametrize(("device", "family"), [("910b-64g", "A2"), ("910b-32g", "A2"), ("a3", "A3")])
+def test_the_ascend_family_of_a_card(device, family):
+    assert hccl.ascend_family(device) == family

@@ -255,7 +255,7 @@ def budget_source(args):
             args, "enable_extensible_kv_cache", None) is not False and cache.num_gpu_blocks_override is None and (
             current_platform.is_cuda_alike())
         given = any(a.split("=")[0] in ("--gpu-memory-utilization", "--gpu_memory_utilization") for a in args.argv)
-        return budget.estimate(memory, cache.gpu_memory_utilization, weights, overhead.for_plan(vllm_config, args.overhead_gib, args.model_dir),
+        return budget.estimate(memory, cache.gpu_memory_utilization, weights, overhead.for_plan(vllm_config, args.overhead_gib, args.model_dir, args.device),
                                resizable, given, rocm=current_platform.is_rocm())
 
     return source

@@ -12,7 +12,9 @@ measures the non-KV memory once the weights are loaded (``Worker.determine_avail
   attention workspaces, the code of compiled kernels, collective buffers): ``non_torch_increase``;
 * on CUDA / ROCm from vLLM 0.21 on, the memory of the CUDA graphs it will capture
   (``GPUModelRunner.profile_cudagraph_memory``, ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``,
-  default on since 0.21): nothing with ``--enforce-eager``; vllm-ascend subtracts no graph term.
+  default on since 0.21): nothing with ``--enforce-eager``; vllm-ascend 0.23 and 0.30 subtract no
+  graph term (0.21.0rc1 subtracted an estimate, which is not computed here);
+* on vllm-ascend, the ``mc2`` communicator's buffers where ``HCCL_BUFFSIZE`` sizes them (:mod:`.hccl`).
 
 Each term is computed here from the model's shape (:class:`~.shape.Shape`, the text model of a
 Hugging Face ``config.json``, in elements) and the engine (:class:`Engine`), in bytes per worker, with
@@ -24,9 +26,11 @@ a captured graph's fixed cost), the constant says which public logs it was read 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from packaging.version import Version
 
+from vllm_kv_strategies.deploy.hccl import HCCL_DEFAULT_BUFFSIZE, ascend_family, buffsize_from_env, mc2_buffers
 from vllm_kv_strategies.deploy.shape import Shape
 
 GIB, MIB = 2**30, 2**20
@@ -52,7 +56,8 @@ SCAN_CHUNK = 64
 #: (platform, tensor parallel > 1). CUDA: "non-torch forward increase memory" of vLLM 0.19 on H100s:
 #: 0.25-0.27 GiB in the six TP 1 logs, 2.07-2.17 GiB in the five TP 2 / TP 4 logs (llm-d-planner's);
 #: ROCm and any other platform take CUDA's. NPU: 0.03 GiB at TP 1 (vllm-ascend's quickstart log on an A3); at TP > 1
-#: HCCL's buffers are taken as NCCL's.
+#: HCCL's buffers are taken as NCCL's (GLM-5.1 at DP 2 x TP 8 logs 2.07 GiB, vllm-ascend #10700), at
+#: HCCL's default size (:data:`.hccl.HCCL_DEFAULT_BUFFSIZE`; beyond it: :func:`.hccl.mc2_buffers`).
 RUNTIME = {("cuda", False): round(0.25 * GIB), ("cuda", True): round(2.1 * GIB),
            ("npu", False): round(0.03 * GIB), ("npu", True): round(2.1 * GIB)}
 #: vllm-ascend before 0.18 (``NPUWorker.determine_available_memory`` of worker_v1.py, 0.9 - 0.13)
@@ -74,7 +79,9 @@ class Engine:
     the CUDA graphs captured: how many (0 with ``--enforce-eager``) and the largest's tokens;
     ``samples``: the worker runs the sampler (the last pipeline stage; plan's estimate assumes
     every worker does, the smallest budget being the one vLLM plans with); ``expert_parallel``:
-    experts are whole on each rank and see the tokens of the ``dp`` data-parallel ranks."""
+    experts are whole on each rank and see the tokens of the ``dp`` data-parallel ranks;
+    ``hccl_buffsize``: ``HCCL_BUFFSIZE`` on the NPU, MB; ``soc``: the Ascend card's family (``A2``:
+    910B, ``A3``, ``A5``, ``310P``), as vllm-ascend's ``get_ascend_device_type`` names it."""
 
     platform: str
     vllm: str
@@ -87,6 +94,8 @@ class Engine:
     samples: bool = True
     expert_parallel: bool = False
     dp: int = 1
+    hccl_buffsize: int = HCCL_DEFAULT_BUFFSIZE
+    soc: str = "A2"
 
     @property
     def runtime(self) -> tuple[int, str]:
@@ -181,7 +190,8 @@ def terms(shape: Shape, engine: Engine) -> list[tuple[str, int, str]]:
     """The overhead terms, (name, bytes per worker, what vLLM measures it as), in the order of
     ``determine_available_memory``: the activation peak (the forward's, or the sampler's with the
     MoE workspaces it finds allocated, the larger), the runtime (:data:`RUNTIME`), and on CUDA /
-    ROCm the CUDA graphs (:func:`graphs`)."""
+    ROCm the CUDA graphs (:func:`graphs`), and on the NPU the ``mc2`` communicator's buffers where
+    ``HCCL_BUFFSIZE`` sizes them otherwise than the runtime figure (:func:`mc2_buffers`)."""
     t = engine.max_num_batched_tokens
     forward = forward_peak(shape, engine, t)
     sampler, path = sampler_peak(shape, engine) if engine.samples else (0, "not on this pipeline stage")
@@ -192,6 +202,10 @@ def terms(shape: Shape, engine: Engine) -> list[tuple[str, int, str]]:
             f"rows x {shape.vocab:,} logits ({path}, {sampler / GIB:.2f} GiB)"
             + (f" with the MoE workspaces ({kept / GIB:.2f} GiB)" if kept else "") + ", the larger")]
     out.append(("runtime", *engine.runtime))
+    if mc2 := mc2_buffers(shape, engine):
+        out.append(("hccl buffers", mc2, f"HCCL_BUFFSIZE={engine.hccl_buffsize}: the send and receive buffers of "
+                    f"vllm-ascend's mc2 communicator (MoE dispatch), 2 x {engine.hccl_buffsize} MB where the runtime "
+                    f"holds 2 x {HCCL_DEFAULT_BUFFSIZE}"))
     if engine.subtracts_graphs:
         out.append(("cuda graphs", graphs(shape, engine), f"{engine.graphs:,} graphs, the largest of "
                     f"{engine.largest_graph} tokens (vLLM >= 0.21 subtracts its estimate)"))
@@ -200,9 +214,11 @@ def terms(shape: Shape, engine: Engine) -> list[tuple[str, int, str]]:
     return out
 
 
-def of_engine_config(vllm_config, platform: str, release: str) -> tuple[Shape, Engine]:
+def of_engine_config(vllm_config, platform: str, release: str, hccl_buffsize: int = HCCL_DEFAULT_BUFFSIZE,
+                     soc: str = "A2") -> tuple[Shape, Engine]:
     """(:class:`Shape`, :class:`Engine`) of a vLLM engine config (``VllmConfig``) planned for
-    ``platform`` on vLLM ``release``: the model's Hugging Face config, the scheduler's
+    ``platform`` on vLLM ``release`` (on an Ascend card of family ``soc`` with ``HCCL_BUFFSIZE``
+    ``hccl_buffsize`` MB): the model's Hugging Face config, the scheduler's
     ``max_num_batched_tokens`` / ``max_num_seqs``, the parallel sizes and the CUDA graphs the
     compilation config will capture (none with ``--enforce-eager`` or ``cudagraph_mode`` NONE).
 
@@ -221,10 +237,11 @@ def of_engine_config(vllm_config, platform: str, release: str) -> tuple[Shape, E
         platform, release, parallel.tensor_parallel_size, parallel.pipeline_parallel_size,
         scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
         0 if eager else graph_count(sizes, layers, scheduler.max_num_seqs, full), 0 if eager else max(sizes),
-        expert_parallel=bool(getattr(parallel, "enable_expert_parallel", False)), dp=parallel.data_parallel_size)
+        expert_parallel=bool(getattr(parallel, "enable_expert_parallel", False)), dp=parallel.data_parallel_size,
+        hccl_buffsize=hccl_buffsize, soc=soc)
 
 
-def for_plan(vllm_config, overhead_gib: float | None, model_dir: str) -> list[tuple[str, int, str]]:
+def for_plan(vllm_config, overhead_gib: float | None, model_dir: str, device: str | None = None) -> list[tuple[str, int, str]]:
     """plan's overhead terms: ``--overhead-gib`` as one given term, else :func:`terms` for the
     planned platform (vllm-ascend's NPU, ROCm, CUDA; another, such as vLLM's CPU platform with
     ``--device-memory-gib``, takes CUDA's runtime figure and PyTorch's sampler) and the installed vLLM.
@@ -243,7 +260,12 @@ def for_plan(vllm_config, overhead_gib: float | None, model_dir: str) -> list[tu
         return given_overhead(overhead_gib)
     platform = "rocm" if current_platform.is_rocm() else current_platform.device_type  # cuda, npu, cpu, ...
     try:
-        return terms(*of_engine_config(vllm_config, platform, Versions.detect().vllm or "0"))
+        buffsize = buffsize_from_env(os.environ) if platform == "npu" else HCCL_DEFAULT_BUFFSIZE
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    soc = ascend_family(device) if platform == "npu" else "A2"
+    try:
+        return terms(*of_engine_config(vllm_config, platform, Versions.detect().vllm or "0", buffsize, soc))
     except (ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"cannot compute the overhead for {model_dir}: {exc}; give it with --overhead-gib GIB "
                        "or the budget with --kv-cache-memory-bytes") from None
