@@ -30,6 +30,8 @@ MODELS = {
     "UNKNOWNARCH": json.dumps({**LLAMA, "architectures": ["NoSuchForCausalLM"]}),
     "REMOTE": json.dumps({**LLAMA, "model_type": "no-such-type", "auto_map": {"AutoConfig": "x.Y"}}),
     "BINARY": None,
+    "NEGLAYERS": json.dumps({**LLAMA, "num_hidden_layers": -3}), "ZEROLAYERS": json.dumps({**LLAMA, "num_hidden_layers": 0}),
+    "HUGELAYERS": json.dumps({**LLAMA, "num_hidden_layers": 10**7}),
 }
 BUDGET = str(2**26)
 #: (id, argv after ``plan``, exit status, what the error line says)
@@ -116,6 +118,11 @@ PLAN = [
     ("pp-beyond-layers", ["M", "--kv-cache-memory-bytes", BUDGET, "--pipeline-parallel-size", "10"], 2,
      "--pipeline-parallel-size 10: 2 of the 10 stages (0, 9) get none of the model's 8 layers"),
     ("sweep-without-values", ["M", "--kv-cache-memory-bytes", BUDGET, "--sweep", "tensor-parallel-size"], 2, "--sweep"),
+    # a new user's review (was: exit 0 with "no layer of this model has a KV cache spec"; minutes of building)
+    ("layers-negative", ["NEGLAYERS", "--kv-cache-memory-bytes", BUDGET], 2, "num_hidden_layers is -3; a model has 1 to 10,000"),
+    ("layers-zero", ["ZEROLAYERS", "--kv-cache-memory-bytes", BUDGET], 2, "num_hidden_layers is 0; a model has 1 to 10,000"),
+    ("layers-ten-million", ["HUGELAYERS", "--kv-cache-memory-bytes", BUDGET], 2,
+     "num_hidden_layers is 10,000,000; a model has 1 to 10,000 layers (plan builds each one on the meta device)"),
 ]
 
 

@@ -73,8 +73,9 @@ def check_budget(flag: str, value: float, device_memory_gib: float | None = None
 
 def check_model_dir(path: str) -> dict:
     """The directory's ``config.json``; :class:`BadInput` when there is none,
-    it is not a JSON object, its ``architectures`` is not a list of names, or
-    it asks for remote code (``auto_map``: plan runs no code from a model directory)."""
+    it is not a JSON object, its ``architectures`` is not a list of names,
+    it asks for remote code (``auto_map``: plan runs no code from a model directory), or its
+    ``num_hidden_layers`` is not 1 to :data:`MAX_LAYERS`."""
     directory = Path(path)
     if directory.is_file():
         raise BadInput(f"{path}: a file; plan takes the model directory holding config.json ({directory.parent})")
@@ -100,7 +101,16 @@ def check_model_dir(path: str) -> dict:
         raise BadInput(f"{config_file}: the model needs remote code (auto_map {sorted(config['auto_map'])}, model_type "
                        f"{config.get('model_type')!r} unknown to the installed transformers); plan runs no code from a "
                        "model directory")
+    for where, section in (("", config), ("text_config.", config.get("text_config"))):
+        layers = section.get("num_hidden_layers") if isinstance(section, dict) else None
+        if isinstance(layers, int) and not 0 < layers <= MAX_LAYERS:
+            raise BadInput(f"{config_file}: {where}num_hidden_layers is {layers:,}; a model has 1 to {MAX_LAYERS:,} layers "
+                           "(plan builds each one on the meta device)")
     return config
+
+
+#: The most layers plan builds (the largest published models have about 130: Llama-3.1-405B 126).
+MAX_LAYERS = 10_000
 
 
 def _known_model_type(model_type: str | None) -> bool:
