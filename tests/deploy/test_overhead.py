@@ -129,3 +129,17 @@ def test_a_bad_hccl_buffsize_is_named(value):
 @pytest.mark.parametrize(("device", "family"), [("910b-64g", "A2"), ("910b-32g", "A2"), ("a3", "A3")])
 def test_the_ascend_family_of_a_card(device, family):
     assert hccl.ascend_family(device) == family
+
+
+@pytest.mark.parametrize(("release", "graphs", "said"), [
+    ("0.21.0", 100, True), ("0.22.1", 100, True),  # they subtract vLLM's estimate of their ACL graphs
+    ("0.21.0", 0, False),  # --enforce-eager: none captured
+    ("0.23.0", 100, False), ("0.30.0", 100, False), ("0.18.0", 100, False),  # subtract none
+])
+def test_the_acl_graph_estimate_of_vllm_ascend_021_022_is_said_not_computed(release, graphs, said):
+    shape = Shape.from_config(published.full_config("qwen3-8b"))
+    terms = overhead.terms(shape, overhead.Engine("npu", release, graphs=graphs, largest_graph=512 if graphs else 0))
+    acl = [(value, source) for name, value, source in terms if name == "acl graphs"]
+    assert acl == ([(0, acl[0][1])] if said else [])
+    if said:
+        assert acl[0][1].startswith("NOT COMPUTED: vllm-ascend 0.21 - 0.22 subtract their ACL graph estimate")

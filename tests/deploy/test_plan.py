@@ -330,3 +330,15 @@ def test_report_names_a_plan_file_given_alone_or_second(tmp_path, capsys):
         assert main(["report", *paths]) == 2
         assert capsys.readouterr().err == (f"error: {path}: {what}; compare a plan with a run's report: report PLAN "
                                            "RUN_REPORT (the plan first, then one report file or a directory holding one rank)\n")
+
+
+def test_vllm_cpu_kvcache_space_beside_the_budget_given_is_said(tmp_path, capsys, monkeypatch):
+    """vLLM's CPU platform sets ``kv_cache_memory_bytes`` from ``VLLM_CPU_KVCACHE_SPACE`` over
+    ``--kv-cache-memory-bytes``: plan plans vLLM's budget and says which it replaced (a new user's
+    review: was said without the value given)."""
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    code = cli.run([str(llama(tmp_path)), "--kv-cache-memory-bytes", str(16 * 2**20), "--max-model-len", "1024"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert ("budget: 1,073,741,824 bytes per worker (1.000 GiB, kv_cache_memory_bytes set by vLLM's platform "
+            "(VLLM_CPU_KVCACHE_SPACE on the CPU, replacing --kv-cache-memory-bytes 16,777,216): exact)") in captured.out

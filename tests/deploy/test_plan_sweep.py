@@ -44,6 +44,7 @@ def test_sweep_plans_every_combination(tmp_path, capsys):
     refusal = data["combinations"][1]["refusal"]
     assert refusal.startswith("To serve at least one request with the model's max seq len (4096)")
     assert "the estimated maximum model length is 3968." in refusal
+    assert "plan: note: the sweep replaces --max-model-len 1024 in each combination\n" in captured.err
     for i, (tp, length) in enumerate([(1, 2048), (1, 4096), (2, 2048), (2, 4096)], 1):
         assert f"plan: sweep {i} of 4: tensor-parallel-size={tp}, max-model-len={length} ..." in captured.err
     lines = captured.out.splitlines()
@@ -51,6 +52,21 @@ def test_sweep_plans_every_combination(tmp_path, capsys):
     assert "  1                    1          2048          32        4,096            2.00x  planned" in lines
     assert "  2                    1          4096           -            -                -  refuses (2)" in lines
     assert f"(2) {refusal}" in lines
+
+
+@pytest.mark.parametrize(("argv", "combination", "given"), [
+    (["M", "--max-model-len", "1024", "-tp", "2"], ["M", "-tp", "2", "--max-model-len", "2048"], ["--max-model-len 1024"]),
+    (["M", "--max_model_len=1024", "--sweep", "max-model-len=1,2"], ["M", "--max-model-len", "2048"],
+     ["--max_model_len=1024"]),
+    (["M", "--enforce-eager"], ["M", "--enforce-eager", "--max-model-len", "2048"], []),
+])
+def test_the_arguments_a_sweep_replaces(argv, combination, given):
+    """Each combination's command line (plan's own options and the swept argument's given value
+    dropped, the combination's value added), and what plan notes the sweep replaces."""
+    from vllm_kv_strategies.deploy import sweep
+
+    assert sweep.combination_argv(argv, [("max-model-len", ["2048"])], ("2048",)) == combination
+    assert sweep.replaced(argv, [("max-model-len", ["2048"])]) == given
 
 
 def test_plot_is_drawn_with_matplotlib(tmp_path, capsys):
@@ -115,3 +131,4 @@ def test_bad_sweeps_are_one_line(tmp_path, capsys, monkeypatch, args, message):
     captured = capsys.readouterr()
     assert (code, captured.out) == (2, "")
     assert captured.err.splitlines()[-1] == f"plan: error: {message}"
+

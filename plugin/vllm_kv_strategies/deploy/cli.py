@@ -242,8 +242,9 @@ def budget_source(args):
         cache = vllm_config.cache_config
         if cache.kv_cache_memory_bytes is not None:
             given = args.kv_cache_memory_bytes == cache.kv_cache_memory_bytes
+            replaced = f", replacing --kv-cache-memory-bytes {args.kv_cache_memory_bytes:,}" if args.kv_cache_memory_bytes else ""
             return budget.exact(cache.kv_cache_memory_bytes, "--kv-cache-memory-bytes" if given else
-                                "kv_cache_memory_bytes set by vLLM's platform (VLLM_CPU_KVCACHE_SPACE on the CPU)")
+                                f"kv_cache_memory_bytes set by vLLM's platform (VLLM_CPU_KVCACHE_SPACE on the CPU{replaced})")
         p = vllm_config.parallel_config
         weights = budget.weights_per_rank(args.model_dir, p.tensor_parallel_size * p.pipeline_parallel_size, meta_bytes,
                                           args.offload_gib, budget.online_quantization(vllm_config))

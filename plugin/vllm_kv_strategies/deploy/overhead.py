@@ -13,7 +13,8 @@ measures the non-KV memory once the weights are loaded (``Worker.determine_avail
 * on CUDA / ROCm from vLLM 0.21 on, the memory of the CUDA graphs it will capture
   (``GPUModelRunner.profile_cudagraph_memory``, ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``,
   default on since 0.21): nothing with ``--enforce-eager``; vllm-ascend 0.23 and 0.30 subtract no
-  graph term (0.21.0rc1 subtracted an estimate, which is not computed here);
+  graph term (0.21 and 0.22 subtract vLLM's estimate of their ACL graphs, which is not computed
+  here: a term of 0 bytes says so);
 * on vllm-ascend, the ``mc2`` communicator's buffers where ``HCCL_BUFFSIZE`` sizes them (:mod:`.hccl`).
 
 Each term is computed here from the model's shape (:class:`~.shape.Shape`, the text model of a
@@ -211,6 +212,10 @@ def terms(shape: Shape, engine: Engine) -> list[tuple[str, int, str]]:
                     f"{engine.largest_graph} tokens (vLLM >= 0.21 subtracts its estimate)"))
     elif engine.platform in ("cuda", "rocm") and engine.graphs == 0:
         out.append(("cuda graphs", 0, "--enforce-eager: none captured"))
+    elif engine.platform == "npu" and engine.graphs and Version("0.21") <= Version(engine.vllm) < Version("0.23"):
+        out.append(("acl graphs", 0, "NOT COMPUTED: vllm-ascend 0.21 - 0.22 subtract their ACL graph estimate "
+                    "(profile_cudagraph_memory; 0.59 GiB for GLM-5.1 at TP 8, vllm-ascend #10700): the budget is over "
+                    "by it; none with --enforce-eager or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0"))
     return out
 
 

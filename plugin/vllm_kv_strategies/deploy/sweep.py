@@ -40,21 +40,33 @@ def parse_sweeps(parser, specs: list[str]) -> list[tuple[str, list[str]]]:
     return sweeps
 
 
-def combination_argv(argv: list[str], sweeps: list[tuple[str, list[str]]], values: tuple[str, ...]) -> list[str]:
-    """``argv`` without plan's sweep options and the swept arguments, then each swept argument's value."""
-    drop = set(OWN) | {f"--{name}" for name, _ in sweeps}
-    out, skip = [], False
+def _split(argv: list[str], drop: set[str]) -> tuple[list[str], list[str]]:
+    """(``argv`` without the options in ``drop`` and their values, those options as given: ``--x 1`` / ``--x=1``)."""
+    kept, dropped, value_of = [], [], None
     for token in argv:
         option = token.split("=", 1)[0].replace("_", "-") if token.startswith("--") else None
-        if skip:
-            skip = False
+        if value_of is not None:
+            dropped[-1] += f" {token}"
+            value_of = None
         elif option in drop:
-            skip = "=" not in token
+            dropped.append(token)
+            value_of = None if "=" in token else option
         else:
-            out.append(token)
+            kept.append(token)
+    return kept, dropped
+
+
+def combination_argv(argv: list[str], sweeps: list[tuple[str, list[str]]], values: tuple[str, ...]) -> list[str]:
+    """``argv`` without plan's sweep options and the swept arguments, then each swept argument's value."""
+    out = _split(argv, set(OWN) | {f"--{name}" for name, _ in sweeps})[0]
     for (name, _), value in zip(sweeps, values):
         out += [f"--{name}", value]
     return out
+
+
+def replaced(argv: list[str], sweeps: list[tuple[str, list[str]]]) -> list[str]:
+    """The swept arguments ``argv`` also gives a value of, as given (each combination replaces them)."""
+    return _split(argv, {f"--{name}" for name, _ in sweeps})[1]
 
 
 def _matplotlib():
@@ -76,6 +88,8 @@ def sweep(parser, argv: list[str], args, plan_once, progress) -> int:
     start = time.monotonic()
     sweeps = parse_sweeps(parser, args.sweep)
     plt = _matplotlib() if args.plot else None
+    for given in replaced(argv, sweeps):
+        output.current.progress(f"plan: note: the sweep replaces {given} in each combination")
     combos = list(itertools.product(*(values for _, values in sweeps)))
     rows, first = [], None
     for i, values in enumerate(combos, 1):
