@@ -3,8 +3,8 @@ communicator of its MoE dispatch, sized by ``HCCL_BUFFSIZE`` (one term of plan's
 :func:`.overhead.terms`), and the Ascend facts it depends on (the card's family, the environment).
 
 The runtime figure at tensor parallel > 1 (:data:`.overhead.RUNTIME`) stands for communicators of
-HCCL's default size; a deployment that sets ``HCCL_BUFFSIZE`` (vllm-ascend's DeepSeek tutorials set
-1,024 - 2,560 MB) moves only the ``mc2`` communicator's, by twice the difference.
+HCCL's default size; a deployment that sets ``HCCL_BUFFSIZE`` (public DeepSeek-V4 launch scripts for
+vllm-ascend set 1,024 - 2,560 MB) moves only the ``mc2`` communicator's, by twice the difference.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ MIB = 2**20
 #: CANN's default ``HCCL_BUFFSIZE``, MB (MiB): an HCCL communicator holds 2 x HCCL_BUFFSIZE, its
 #: send and receive buffers (CANN's environment variable reference, "HCCL_BUFFSIZE"). vllm-ascend
 #: gives each of its process groups 200 (``get_hccl_config_for_pg_options``; the DP group 50) but
-#: the ``mc2`` group of its MoE dispatch / combine kernels, which takes HCCL_BUFFSIZE: :data:`.overhead.RUNTIME`'s
-#: TP > 1 figure stands for communicators of this size.
+#: the ``mc2`` group of its MoE dispatch / combine kernels, which takes HCCL_BUFFSIZE:
+#: :data:`.overhead.RUNTIME`'s TP > 1 figure stands for communicators of this size.
 HCCL_DEFAULT_BUFFSIZE = 200
 
 
@@ -30,9 +30,9 @@ def runs_mc2(shape: Shape, engine) -> bool:
     """Whether vllm-ascend's profile run dispatches the MoE through MC2 for ``engine`` (an
     :class:`.overhead.Engine`): its ``profile_run`` first runs a forward of the MC2 capacity's
     tokens, "because MC2 consumes additional NPU memory", where ``select_moe_comm_method`` picks
-    MC2 (or fused MC2) for it. That takes expert parallel over
-    more than one rank (``tp x dp``); then on an A2 (910B) at least 16 ranks, and from 0.18 at most
-    24 experts on each; on an A3 or A5 any; a 310P never (all-gather)."""
+    MC2 (or fused MC2) for it. That takes expert parallel over more than one rank (``tp x dp``);
+    then on an A2 (910B) at least 16 ranks, and from 0.18 at most 24 experts on each; on an A3 or
+    A5 any; a 310P never (all-gather)."""
     ranks = engine.tp * engine.dp
     if engine.platform != "npu" or not shape.experts or not engine.expert_parallel or ranks < 2:
         return False
