@@ -36,3 +36,16 @@ def test_a_bad_hccl_buffsize_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HCCL_BUFFSIZE", "1GB")
     result = plan_error(tmp_path, "deepseek-v3", *ARGS)
     assert result.stderr.endswith("plan: error: HCCL_BUFFSIZE='1GB': CANN takes a whole number of MB, at least 1\n")
+
+
+@pytest.mark.skipif(RELEASE < (0, 30), reason="vllm-ascend 0.30 takes all-to-all for LoRA with expert parallel; the "
+                    "releases before it have no such case (the term is there with LoRA, as without)")
+def test_lora_leaves_out_the_mc2_buffers(tmp_path, monkeypatch):
+    """Qwen3-30B-A3B on an A3 at TP 2 with expert parallel: MC2 at any size on an A3 (the term), but not
+    with ``--enable-lora``, where 0.30 dispatches all-to-all (a new user's review: the term was there)."""
+    monkeypatch.setenv("HCCL_BUFFSIZE", "1024")
+    args = ("--tensor-parallel-size", "2", "--device", "a3", "--enable-expert-parallel", "--max-model-len", "8192")
+    for lora, term in ((False, True), (True, False)):
+        result, data = plan(tmp_path, "qwen3-30b-a3b", *args, *(["--enable-lora"] if lora else []))
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert ("hccl buffers" in {t["name"] for t in data["budget"]["terms"]}) is term, lora

@@ -113,6 +113,17 @@ def test_a_smaller_hccl_buffsize_gives_back_memory():
     shape = Shape.from_config(published.full_config("deepseek-v3"))
     engine = overhead.Engine("npu", "0.30.0", 16, expert_parallel=True, hccl_buffsize=50)
     assert hccl.mc2_buffers(shape, engine) == -2 * 150 * MIB
+    source = {name: source for name, _, source in overhead.terms(shape, engine)}["hccl buffers"]
+    assert source.endswith("2 x 50 MB where the runtime holds 2 x 200: 0.29 GiB back")
+
+
+@pytest.mark.parametrize(("release", "mc2"), [("0.30.0", False), ("0.23.0", True)])
+def test_lora_takes_all_to_all_from_vllm_ascend_030(release, mc2):
+    """vllm-ascend 0.30's select_moe_comm_method takes all-to-all for LoRA with expert parallel (its
+    fused MC2 ops cannot be patched for LoRA): no MC2 in the profile, no term; 0.23 had no such case."""
+    shape = Shape.from_config(published.full_config("deepseek-v3"))
+    engine = overhead.Engine("npu", release, 16, expert_parallel=True, hccl_buffsize=1024, lora=True)
+    assert hccl.runs_mc2(shape, engine) is mc2
 
 
 @pytest.mark.parametrize(("value", "mb"), [(None, 200), ("", 200), (" 1024 ", 1024), ("1", 1), ("2560", 2560)])
@@ -120,7 +131,7 @@ def test_hccl_buffsize_from_the_environment(value, mb):
     assert hccl.buffsize_from_env({} if value is None else {"HCCL_BUFFSIZE": value}) == mb
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5", "1e3"])
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5", "1e3", "\u0661\u0660\u0662\u0664"])  # the last: Arabic-Indic 1024
 def test_a_bad_hccl_buffsize_is_named(value):
     with pytest.raises(ValueError, match=f"HCCL_BUFFSIZE='{value}': CANN takes a whole number of MB, at least 1"):
         hccl.buffsize_from_env({"HCCL_BUFFSIZE": value})

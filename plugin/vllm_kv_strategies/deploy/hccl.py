@@ -32,9 +32,11 @@ def runs_mc2(shape: Shape, engine) -> bool:
     tokens, "because MC2 consumes additional NPU memory", where ``select_moe_comm_method`` picks
     MC2 (or fused MC2) for it. That takes expert parallel over more than one rank (``tp x dp``);
     then on an A2 (910B) at least 16 ranks, and from 0.18 at most 24 experts on each; on an A3 or
-    A5 any; a 310P never (all-gather)."""
+    A5 any; a 310P never (all-gather); from 0.30 not with LoRA (all-to-all: 0.23 had no such case)."""
     ranks = engine.tp * engine.dp
     if engine.platform != "npu" or not shape.experts or not engine.expert_parallel or ranks < 2:
+        return False
+    if engine.lora and Version(engine.vllm) >= Version("0.30"):
         return False
     if engine.soc == "A2":
         return ranks >= 16 and (Version(engine.vllm) < Version("0.18") or shape.experts // ranks <= 24)
@@ -81,6 +83,6 @@ def buffsize_from_env(environ) -> int:
     text = (environ.get("HCCL_BUFFSIZE") or "").strip()
     if not text:
         return HCCL_DEFAULT_BUFFSIZE
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise ValueError(f"HCCL_BUFFSIZE={text!r}: CANN takes a whole number of MB, at least 1")
     return int(text)

@@ -82,7 +82,8 @@ class Engine:
     every worker does, the smallest budget being the one vLLM plans with); ``expert_parallel``:
     experts are whole on each rank and see the tokens of the ``dp`` data-parallel ranks;
     ``hccl_buffsize``: ``HCCL_BUFFSIZE`` on the NPU, MB; ``soc``: the Ascend card's family (``A2``:
-    910B, ``A3``, ``A5``, ``310P``), as vllm-ascend's ``get_ascend_device_type`` names it."""
+    910B, ``A3``, ``A5``, ``310P``), as vllm-ascend's ``get_ascend_device_type`` names it; ``lora``:
+    LoRA adapters are enabled."""
 
     platform: str
     vllm: str
@@ -97,6 +98,7 @@ class Engine:
     dp: int = 1
     hccl_buffsize: int = HCCL_DEFAULT_BUFFSIZE
     soc: str = "A2"
+    lora: bool = False
 
     @property
     def runtime(self) -> tuple[int, str]:
@@ -206,7 +208,7 @@ def terms(shape: Shape, engine: Engine) -> list[tuple[str, int, str]]:
     if mc2 := mc2_buffers(shape, engine):
         out.append(("hccl buffers", mc2, f"HCCL_BUFFSIZE={engine.hccl_buffsize}: the send and receive buffers of "
                     f"vllm-ascend's mc2 communicator (MoE dispatch), 2 x {engine.hccl_buffsize} MB where the runtime "
-                    f"holds 2 x {HCCL_DEFAULT_BUFFSIZE}"))
+                    f"holds 2 x {HCCL_DEFAULT_BUFFSIZE}" + (f": {-mc2 / GIB:.2f} GiB back" if mc2 < 0 else "")))
     if engine.subtracts_graphs:
         out.append(("cuda graphs", graphs(shape, engine), f"{engine.graphs:,} graphs, the largest of "
                     f"{engine.largest_graph} tokens (vLLM >= 0.21 subtracts its estimate)"))
@@ -243,7 +245,7 @@ def of_engine_config(vllm_config, platform: str, release: str, hccl_buffsize: in
         scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
         0 if eager else graph_count(sizes, layers, scheduler.max_num_seqs, full), 0 if eager else max(sizes),
         expert_parallel=bool(getattr(parallel, "enable_expert_parallel", False)), dp=parallel.data_parallel_size,
-        hccl_buffsize=hccl_buffsize, soc=soc)
+        hccl_buffsize=hccl_buffsize, soc=soc, lora=getattr(vllm_config, "lora_config", None) is not None)
 
 
 def for_plan(vllm_config, overhead_gib: float | None, model_dir: str, device: str | None = None) -> list[tuple[str, int, str]]:
