@@ -42,15 +42,15 @@ def parse_sweeps(parser, specs: list[str]) -> list[tuple[str, list[str]]]:
 
 def _split(argv: list[str], drop: set[str]) -> tuple[list[str], list[str]]:
     """(``argv`` without the options in ``drop`` and their values, those options as given: ``--x 1`` / ``--x=1``)."""
-    kept, dropped, value_of = [], [], None
+    kept, dropped, value_next = [], [], False
     for token in argv:
         option = token.split("=", 1)[0].replace("_", "-") if token.startswith("--") else None
-        if value_of is not None:
+        if value_next:
             dropped[-1] += f" {token}"
-            value_of = None
+            value_next = False
         elif option in drop:
             dropped.append(token)
-            value_of = None if "=" in token else option
+            value_next = "=" not in token
         else:
             kept.append(token)
     return kept, dropped
